@@ -1,0 +1,413 @@
+//! Validation at the border: a raw `DLTensor` (plus the managed tensor's version and flags)
+//! becomes a [`TensorDescriptor`], checked once, before any pointer is trusted. Everything
+//! downstream (planner, copy engine, bridges) takes the descriptor, never the raw parts.
+
+use crate::device::Device;
+use crate::dtype::ElementType;
+use crate::error::{Error, Result};
+use dlpark::DlpackFlags;
+use dlpark::ffi::{DLPackVersion, DLTensor};
+
+/// The most dimensions a tensor may have here.
+pub const MAX_NDIM: usize = 32;
+
+/// A validated tensor description. Shape and strides are owned copies in DLPack order (row-major
+/// meaning: the last index is the one that varies fastest in a compact tensor); strides are in
+/// elements and always explicit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorDescriptor {
+    /// Address of the element at index (0, …, 0): `data + byte_offset`.
+    pub first_element: usize,
+    pub device: Device,
+    pub element: ElementType,
+    pub shape: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub read_only: bool,
+    pub is_copied: bool,
+    /// `None` for a legacy (unversioned) tensor.
+    pub version: Option<DLPackVersion>,
+}
+
+impl TensorDescriptor {
+    /// Validates a raw tensor.
+    ///
+    /// # Safety
+    /// `tensor.shape` must point to `tensor.ndim` readable `i64`s when `ndim > 0`, and
+    /// `tensor.strides`, when non-null, likewise; both must stay unchanged during the call.
+    /// The data pointer is never dereferenced.
+    pub unsafe fn validate(
+        tensor: &DLTensor,
+        version: Option<DLPackVersion>,
+        flags: DlpackFlags,
+    ) -> Result<Self> {
+        let unknown = flags.bits() & !DlpackFlags::all().bits();
+        if unknown != 0 {
+            return Err(Error::UnknownFlags { bits: unknown });
+        }
+        let ndim = usize::try_from(tensor.ndim)
+            .ok()
+            .filter(|&n| n <= MAX_NDIM)
+            .ok_or(Error::BadRank {
+                ndim: tensor.ndim.into(),
+                max: MAX_NDIM,
+            })?;
+        let shape: Vec<i64> = if ndim == 0 {
+            Vec::new()
+        } else if tensor.shape.is_null() {
+            return Err(Error::NullShape { ndim });
+        } else {
+            // SAFETY: non-null and, by this function's contract, `ndim` readable values.
+            unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }.to_vec()
+        };
+        if let Some(axis) = shape.iter().position(|&d| d < 0) {
+            return Err(Error::NegativeDimension {
+                axis,
+                value: shape[axis],
+            });
+        }
+        let strides: Vec<i64> = if ndim == 0 {
+            Vec::new()
+        } else if tensor.strides.is_null() {
+            if let Some(v) = version.filter(|v| v.major == 1 && v.minor >= 2) {
+                return Err(Error::MissingStrides {
+                    major: v.major,
+                    minor: v.minor,
+                    ndim,
+                });
+            }
+            compact_row_major_strides(&shape).ok_or_else(|| Error::ExtentOverflow {
+                shape: shape.clone(),
+                strides: vec![],
+            })?
+        } else {
+            // SAFETY: non-null and, by this function's contract, `ndim` readable values.
+            unsafe { std::slice::from_raw_parts(tensor.strides, ndim) }.to_vec()
+        };
+
+        let element = ElementType::from_dlpack(
+            tensor.dtype,
+            flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED),
+        )?;
+        let overflow = || Error::ExtentOverflow {
+            shape: shape.clone(),
+            strides: strides.clone(),
+        };
+        let elements = element_count(&shape).ok_or_else(overflow)?;
+        if let ElementType::PackedBits { code, bits } = element {
+            let compact = compact_row_major_strides(&shape).is_some_and(|c| {
+                c.iter()
+                    .zip(&strides)
+                    .zip(&shape)
+                    .all(|((c, s), &n)| n <= 1 || c == s)
+            });
+            if !compact {
+                return Err(Error::PackedSubbyteLayout { code, bits });
+            }
+        }
+
+        let first_element = (tensor.data as usize)
+            .checked_add(usize::try_from(tensor.byte_offset).map_err(|_| overflow())?)
+            .ok_or_else(overflow)?;
+        if elements > 0 {
+            if tensor.data.is_null() {
+                return Err(Error::NullData { elements });
+            }
+            let (low, high) =
+                byte_extent(&shape, &strides, element, elements).ok_or_else(overflow)?;
+            let in_address_space = (first_element as i128 + low as i128) >= 0
+                && (first_element as i128 + high as i128) <= usize::MAX as i128;
+            if !in_address_space {
+                return Err(overflow());
+            }
+            let align = element.alignment();
+            if first_element % align != 0 {
+                return Err(Error::Misaligned {
+                    address: first_element,
+                    align,
+                    element: element.julia_name(),
+                });
+            }
+        }
+
+        Ok(Self {
+            first_element,
+            device: Device::from_dlpack(tensor.device),
+            element,
+            shape,
+            strides,
+            read_only: flags.contains(DlpackFlags::READ_ONLY),
+            is_copied: flags.contains(DlpackFlags::IS_COPIED),
+            version,
+        })
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements (the product of the shape; 1 for a 0-d tensor).
+    pub fn element_count(&self) -> usize {
+        element_count(&self.shape).expect("validated shape")
+    }
+
+    /// Whether the tensor is compact row-major (size-1 dimensions may carry any stride).
+    pub fn is_row_major_compact(&self) -> bool {
+        compact_row_major_strides(&self.shape).is_some_and(|compact| {
+            compact
+                .iter()
+                .zip(&self.strides)
+                .zip(&self.shape)
+                .all(|((c, s), &n)| n <= 1 || c == s)
+        })
+    }
+
+    /// Bytes the elements occupy when packed densely (packed sub-byte types: rounded up).
+    pub fn dense_byte_size(&self) -> usize {
+        match self.element {
+            ElementType::PackedBits { bits, .. } => {
+                (self.element_count() * bits as usize).div_ceil(8)
+            }
+            element => self.element_count() * element.size(),
+        }
+    }
+}
+
+/// Row-major compact strides for `shape`, or `None` on overflow.
+pub fn compact_row_major_strides(shape: &[i64]) -> Option<Vec<i64>> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut running: i64 = 1;
+    for (stride, &dim) in strides.iter_mut().zip(shape).rev() {
+        *stride = running;
+        running = running.checked_mul(dim.max(1))?;
+    }
+    Some(strides)
+}
+
+fn element_count(shape: &[i64]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+}
+
+/// Lowest and highest byte offsets (relative to the first element) that the tensor touches,
+/// the highest one exclusive. Only for non-empty tensors.
+fn byte_extent(
+    shape: &[i64],
+    strides: &[i64],
+    element: ElementType,
+    elements: usize,
+) -> Option<(i64, i64)> {
+    if let ElementType::PackedBits { bits, .. } = element {
+        let bytes = (elements.checked_mul(bits as usize)?).div_ceil(8);
+        return Some((0, i64::try_from(bytes).ok()?));
+    }
+    let size = element.size() as i64;
+    let (mut low, mut high) = (0i64, 0i64);
+    for (&n, &s) in shape.iter().zip(strides) {
+        let reach = (n - 1).checked_mul(s)?.checked_mul(size)?;
+        if reach < 0 {
+            low = low.checked_add(reach)?;
+        } else {
+            high = high.checked_add(reach)?;
+        }
+    }
+    Some((low, high.checked_add(size)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice};
+
+    struct Raw {
+        shape: Vec<i64>,
+        strides: Option<Vec<i64>>,
+        tensor: DLTensor,
+    }
+
+    fn raw(shape: &[i64], strides: Option<&[i64]>, data: usize, dtype: DLDataType) -> Raw {
+        let mut raw = Raw {
+            shape: shape.to_vec(),
+            strides: strides.map(<[i64]>::to_vec),
+            tensor: DLTensor {
+                data: data as *mut _,
+                device: DLDevice::CPU,
+                ndim: shape.len() as i32,
+                dtype,
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+        };
+        raw.tensor.shape = raw.shape.as_mut_ptr();
+        if let Some(s) = raw.strides.as_mut() {
+            raw.tensor.strides = s.as_mut_ptr();
+        }
+        raw
+    }
+
+    fn check(
+        raw: &Raw,
+        version: Option<(u32, u32)>,
+        flags: DlpackFlags,
+    ) -> Result<TensorDescriptor> {
+        let version = version.map(|(major, minor)| DLPackVersion { major, minor });
+        // SAFETY: shape and strides point into `raw`, which outlives the call.
+        unsafe { TensorDescriptor::validate(&raw.tensor, version, flags) }
+    }
+
+    const F32: DLDataType = DLDataType::F32;
+
+    #[test]
+    fn null_strides_mean_row_major_before_1_2_and_are_refused_after() {
+        let r = raw(&[2, 3, 4], None, 64, F32);
+        let legacy = check(&r, None, DlpackFlags::empty()).unwrap();
+        assert_eq!(legacy.strides, vec![12, 4, 1]);
+        assert!(legacy.is_row_major_compact());
+        assert_eq!(
+            check(&r, Some((1, 1)), DlpackFlags::empty())
+                .unwrap()
+                .strides,
+            vec![12, 4, 1]
+        );
+        let err = check(&r, Some((1, 2)), DlpackFlags::empty()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::MissingStrides {
+                    minor: 2,
+                    ndim: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rank_shape_and_data_pointer_rules() {
+        let mut r = raw(&[2], Some(&[1]), 64, F32);
+        r.tensor.ndim = 33;
+        assert!(matches!(
+            check(&r, None, DlpackFlags::empty()),
+            Err(Error::BadRank { ndim: 33, .. })
+        ));
+        r.tensor.ndim = -1;
+        assert!(matches!(
+            check(&r, None, DlpackFlags::empty()),
+            Err(Error::BadRank { ndim: -1, .. })
+        ));
+        r.tensor.ndim = 1;
+        r.tensor.shape = std::ptr::null_mut();
+        assert!(matches!(
+            check(&r, None, DlpackFlags::empty()),
+            Err(Error::NullShape { ndim: 1 })
+        ));
+
+        let negative = raw(&[2, -1], Some(&[1, 1]), 64, F32);
+        assert!(matches!(
+            check(&negative, None, DlpackFlags::empty()),
+            Err(Error::NegativeDimension { axis: 1, value: -1 })
+        ));
+
+        let null_data = raw(&[2], Some(&[1]), 0, F32);
+        assert!(matches!(
+            check(&null_data, None, DlpackFlags::empty()),
+            Err(Error::NullData { elements: 2 })
+        ));
+        let empty_null = raw(&[0, 5], Some(&[5, 1]), 0, F32);
+        assert_eq!(
+            check(&empty_null, None, DlpackFlags::empty())
+                .unwrap()
+                .element_count(),
+            0
+        );
+        let scalar = raw(&[], None, 64, F32);
+        assert_eq!(
+            check(&scalar, Some((1, 3)), DlpackFlags::empty())
+                .unwrap()
+                .element_count(),
+            1
+        );
+    }
+
+    #[test]
+    fn byte_offset_is_applied_and_alignment_checked_after_it() {
+        let mut r = raw(&[4], Some(&[1]), 4096, F32);
+        r.tensor.byte_offset = 8;
+        assert_eq!(
+            check(&r, None, DlpackFlags::empty()).unwrap().first_element,
+            4104
+        );
+        r.tensor.byte_offset = 2;
+        let err = check(&r, None, DlpackFlags::empty()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Misaligned {
+                    address: 4098,
+                    align: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let complex = raw(&[2], Some(&[1]), 4100, DLDataType::C64);
+        assert!(
+            check(&complex, None, DlpackFlags::empty()).is_ok(),
+            "ComplexF32 needs 4-byte alignment only"
+        );
+    }
+
+    #[test]
+    fn extents_that_overflow_or_leave_the_address_space_are_refused() {
+        let huge = raw(&[i64::MAX, 4], Some(&[4, 1]), 64, F32);
+        assert!(matches!(
+            check(&huge, None, DlpackFlags::empty()),
+            Err(Error::ExtentOverflow { .. })
+        ));
+        let below_zero = raw(&[3], Some(&[-1]), 4, F32);
+        assert!(matches!(
+            check(&below_zero, None, DlpackFlags::empty()),
+            Err(Error::ExtentOverflow { .. })
+        ));
+        let mut offset = raw(&[1], Some(&[1]), 64, F32);
+        offset.tensor.byte_offset = u64::MAX;
+        assert!(matches!(
+            check(&offset, None, DlpackFlags::empty()),
+            Err(Error::ExtentOverflow { .. })
+        ));
+        let negative_ok = raw(&[3], Some(&[-1]), 64, F32);
+        assert!(check(&negative_ok, None, DlpackFlags::empty()).is_ok());
+    }
+
+    #[test]
+    fn flags_are_read_and_unknown_bits_refused() {
+        let r = raw(&[2], Some(&[1]), 64, F32);
+        let d = check(
+            &r,
+            Some((1, 0)),
+            DlpackFlags::READ_ONLY | DlpackFlags::IS_COPIED,
+        )
+        .unwrap();
+        assert!(d.read_only && d.is_copied);
+        let unknown = DlpackFlags::from_bits_retain(1 << 9);
+        assert!(matches!(
+            check(&r, Some((1, 3)), unknown),
+            Err(Error::UnknownFlags { bits: 512 })
+        ));
+    }
+
+    #[test]
+    fn packed_subbyte_types_need_a_compact_layout() {
+        let fp4 = DLDataType::scalar(DLDataTypeCode::FLOAT4_E2M1FN, 4);
+        let compact = raw(&[3, 3], Some(&[3, 1]), 64, fp4);
+        let d = check(&compact, Some((1, 3)), DlpackFlags::empty()).unwrap();
+        assert_eq!(d.dense_byte_size(), 5);
+        let strided = raw(&[3, 3], Some(&[1, 3]), 64, fp4);
+        assert!(matches!(
+            check(&strided, Some((1, 3)), DlpackFlags::empty()),
+            Err(Error::PackedSubbyteLayout { code: 17, bits: 4 })
+        ));
+    }
+}

@@ -1,0 +1,259 @@
+//! The dtype table: which DLPack `DLDataType` becomes which Julia element type, and back.
+//!
+//! Julia names are part of the contract with the Julia glue, which maps each [`ElementType`]
+//! to a Julia type by its [`ElementType::code`] (a stable small integer) rather than by parsing
+//! names. fp8/fp6/fp4 codes have no Julia type: they arrive as raw bytes (`UInt8`) and keep
+//! their original DLPack code so that nothing is lost when they travel on.
+
+use crate::error::{Error, Result};
+use dlpark::ffi::{DLDataType, DLDataTypeCode};
+
+/// A scalar element type that can cross between DLPack and Julia.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ElementType {
+    Bool,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+    Float16,
+    BFloat16,
+    Float32,
+    Float64,
+    ComplexF32,
+    ComplexF64,
+    /// An fp8/fp6/fp4 code carried as raw bytes. `bits` is 8 for fp8, and for fp6/fp4 stored one
+    /// element per byte (`IS_SUBBYTE_TYPE_PADDED`).
+    RawBytes {
+        code: u8,
+        bits: u8,
+    },
+    /// fp6/fp4 packed several to a byte: importable only as a flat byte vector.
+    PackedBits {
+        code: u8,
+        bits: u8,
+    },
+}
+
+impl ElementType {
+    /// Every element type with a Julia counterpart, in [`Self::code`] order.
+    pub const NAMED: [ElementType; 15] = [
+        ElementType::Bool,
+        ElementType::Int8,
+        ElementType::Int16,
+        ElementType::Int32,
+        ElementType::Int64,
+        ElementType::UInt8,
+        ElementType::UInt16,
+        ElementType::UInt32,
+        ElementType::UInt64,
+        ElementType::Float16,
+        ElementType::BFloat16,
+        ElementType::Float32,
+        ElementType::Float64,
+        ElementType::ComplexF32,
+        ElementType::ComplexF64,
+    ];
+
+    /// Reads a DLPack dtype. `subbyte_padded` is the `IS_SUBBYTE_TYPE_PADDED` flag.
+    pub fn from_dlpack(dtype: DLDataType, subbyte_padded: bool) -> Result<Self> {
+        if dtype.lanes != 1 {
+            return Err(Error::VectorDtype { dtype });
+        }
+        let code = dtype.code;
+        let unsupported = Err(Error::UnsupportedDtype { dtype });
+        let element = match (code, dtype.bits) {
+            (DLDataTypeCode::BOOL, 8) => Self::Bool,
+            (DLDataTypeCode::INT, 8) => Self::Int8,
+            (DLDataTypeCode::INT, 16) => Self::Int16,
+            (DLDataTypeCode::INT, 32) => Self::Int32,
+            (DLDataTypeCode::INT, 64) => Self::Int64,
+            (DLDataTypeCode::UINT, 8) => Self::UInt8,
+            (DLDataTypeCode::UINT, 16) => Self::UInt16,
+            (DLDataTypeCode::UINT, 32) => Self::UInt32,
+            (DLDataTypeCode::UINT, 64) => Self::UInt64,
+            (DLDataTypeCode::FLOAT, 16) => Self::Float16,
+            (DLDataTypeCode::BFLOAT, 16) => Self::BFloat16,
+            (DLDataTypeCode::FLOAT, 32) => Self::Float32,
+            (DLDataTypeCode::FLOAT, 64) => Self::Float64,
+            (DLDataTypeCode::COMPLEX, 64) => Self::ComplexF32,
+            (DLDataTypeCode::COMPLEX, 128) => Self::ComplexF64,
+            (c, 8) if is_fp8(c) => Self::RawBytes { code: c.0, bits: 8 },
+            (c, bits) if expected_subbyte_bits(c) == Some(bits) => {
+                if subbyte_padded {
+                    Self::RawBytes { code: c.0, bits }
+                } else {
+                    Self::PackedBits { code: c.0, bits }
+                }
+            }
+            _ => return unsupported,
+        };
+        Ok(element)
+    }
+
+    /// The DLPack dtype this element type is exported as.
+    pub fn to_dlpack(self) -> DLDataType {
+        let (code, bits) = match self {
+            Self::Bool => (DLDataTypeCode::BOOL, 8),
+            Self::Int8 => (DLDataTypeCode::INT, 8),
+            Self::Int16 => (DLDataTypeCode::INT, 16),
+            Self::Int32 => (DLDataTypeCode::INT, 32),
+            Self::Int64 => (DLDataTypeCode::INT, 64),
+            Self::UInt8 => (DLDataTypeCode::UINT, 8),
+            Self::UInt16 => (DLDataTypeCode::UINT, 16),
+            Self::UInt32 => (DLDataTypeCode::UINT, 32),
+            Self::UInt64 => (DLDataTypeCode::UINT, 64),
+            Self::Float16 => (DLDataTypeCode::FLOAT, 16),
+            Self::BFloat16 => (DLDataTypeCode::BFLOAT, 16),
+            Self::Float32 => (DLDataTypeCode::FLOAT, 32),
+            Self::Float64 => (DLDataTypeCode::FLOAT, 64),
+            Self::ComplexF32 => (DLDataTypeCode::COMPLEX, 64),
+            Self::ComplexF64 => (DLDataTypeCode::COMPLEX, 128),
+            Self::RawBytes { code, bits } | Self::PackedBits { code, bits } => {
+                (DLDataTypeCode(code), bits)
+            }
+        };
+        DLDataType::scalar(code, bits)
+    }
+
+    /// Bytes one element occupies in memory (packed types: 1, the unit of their byte vector).
+    pub fn size(self) -> usize {
+        match self {
+            Self::Bool | Self::Int8 | Self::UInt8 => 1,
+            Self::Int16 | Self::UInt16 | Self::Float16 | Self::BFloat16 => 2,
+            Self::Int32 | Self::UInt32 | Self::Float32 => 4,
+            Self::Int64 | Self::UInt64 | Self::Float64 | Self::ComplexF32 => 8,
+            Self::ComplexF64 => 16,
+            Self::RawBytes { .. } | Self::PackedBits { .. } => 1,
+        }
+    }
+
+    /// The alignment Julia's element type needs (complex numbers: that of their parts).
+    pub fn alignment(self) -> usize {
+        match self {
+            Self::ComplexF32 => 4,
+            Self::ComplexF64 => 8,
+            other => other.size(),
+        }
+    }
+
+    /// The Julia element type, as Julia spells it.
+    pub fn julia_name(self) -> &'static str {
+        match self {
+            Self::Bool => "Bool",
+            Self::Int8 => "Int8",
+            Self::Int16 => "Int16",
+            Self::Int32 => "Int32",
+            Self::Int64 => "Int64",
+            Self::UInt8 | Self::RawBytes { .. } | Self::PackedBits { .. } => "UInt8",
+            Self::UInt16 => "UInt16",
+            Self::UInt32 => "UInt32",
+            Self::UInt64 => "UInt64",
+            Self::Float16 => "Float16",
+            Self::BFloat16 => "BFloat16",
+            Self::Float32 => "Float32",
+            Self::Float64 => "Float64",
+            Self::ComplexF32 => "ComplexF32",
+            Self::ComplexF64 => "ComplexF64",
+        }
+    }
+
+    /// A stable small integer for the Julia glue: the index in [`Self::NAMED`], and 5 (UInt8)
+    /// for the raw-byte forms.
+    pub fn code(self) -> u32 {
+        let byte_form = match self {
+            Self::RawBytes { .. } | Self::PackedBits { .. } => Self::UInt8,
+            named => named,
+        };
+        Self::NAMED
+            .iter()
+            .position(|&e| e == byte_form)
+            .map_or(5, |i| i as u32)
+    }
+
+    /// Inverse of [`Self::code`] for the named types.
+    pub fn from_code(code: u32) -> Option<Self> {
+        Self::NAMED.get(code as usize).copied()
+    }
+}
+
+fn is_fp8(code: DLDataTypeCode) -> bool {
+    (DLDataTypeCode::FLOAT8_E3M4.0..=DLDataTypeCode::FLOAT8_E8M0FNU.0).contains(&code.0)
+}
+
+fn expected_subbyte_bits(code: DLDataTypeCode) -> Option<u8> {
+    match code {
+        DLDataTypeCode::FLOAT6_E2M3FN | DLDataTypeCode::FLOAT6_E3M2FN => Some(6),
+        DLDataTypeCode::FLOAT4_E2M1FN => Some(4),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_type_round_trips_through_dlpack_and_code() {
+        for element in ElementType::NAMED {
+            let back = ElementType::from_dlpack(element.to_dlpack(), false).unwrap();
+            assert_eq!(back, element);
+            assert_eq!(ElementType::from_code(element.code()), Some(element));
+            assert_eq!(element.to_dlpack().bits as usize, element.size() * 8);
+        }
+    }
+
+    #[test]
+    fn fp8_codes_arrive_as_raw_bytes_keeping_their_code() {
+        for code in 7..=14u8 {
+            let dtype = DLDataType::scalar(DLDataTypeCode(code), 8);
+            let element = ElementType::from_dlpack(dtype, false).unwrap();
+            assert_eq!(element, ElementType::RawBytes { code, bits: 8 });
+            assert_eq!(element.julia_name(), "UInt8");
+            assert_eq!(element.to_dlpack(), dtype);
+        }
+    }
+
+    #[test]
+    fn subbyte_codes_are_packed_unless_flagged_padded() {
+        let fp4 = DLDataType::scalar(DLDataTypeCode::FLOAT4_E2M1FN, 4);
+        assert_eq!(
+            ElementType::from_dlpack(fp4, false).unwrap(),
+            ElementType::PackedBits { code: 17, bits: 4 }
+        );
+        assert_eq!(
+            ElementType::from_dlpack(fp4, true).unwrap(),
+            ElementType::RawBytes { code: 17, bits: 4 }
+        );
+        let fp6_with_wrong_bits = DLDataType::scalar(DLDataTypeCode::FLOAT6_E2M3FN, 8);
+        assert!(ElementType::from_dlpack(fp6_with_wrong_bits, false).is_err());
+    }
+
+    #[test]
+    fn lanes_other_than_one_are_refused_by_name() {
+        let float4 = DLDataType::new(DLDataTypeCode::FLOAT, 32, 4);
+        let message = ElementType::from_dlpack(float4, false)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("4 lanes"), "{message}");
+    }
+
+    #[test]
+    fn unknown_codes_and_widths_are_refused() {
+        for dtype in [
+            DLDataType::scalar(DLDataTypeCode::FLOAT, 24),
+            DLDataType::scalar(DLDataTypeCode::OPAQUEHANDLE, 64),
+            DLDataType::scalar(DLDataTypeCode(200), 8),
+            DLDataType::scalar(DLDataTypeCode::BOOL, 1),
+        ] {
+            assert!(matches!(
+                ElementType::from_dlpack(dtype, false),
+                Err(Error::UnsupportedDtype { .. })
+            ));
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Export: a managed tensor over memory owned elsewhere.
+//!
+//! The memory's owner (a Julia root, a copy buffer, another managed tensor) is moved into the
+//! managed tensor's `manager_ctx` and dropped when the consumer calls the deleter. Shape and
+//! strides are copied into the same allocation (dlpark's dynamic metadata), so they live exactly
+//! as long as the tensor. Strides are always explicit (DLPack ≥ 1.2 requires it).
+
+use crate::descriptor::TensorDescriptor;
+use crate::device::Device;
+use crate::dtype::ElementType;
+use crate::error::{Error, Result};
+use crate::layout::IndexOrder;
+use dlpark::allocation::Initialized;
+use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
+use dlpark::metadata::Dynamic;
+use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
+
+/// What an export describes, in DLPack order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSpec {
+    /// Address of the element at index (0, …, 0).
+    pub first_element: usize,
+    pub device: Device,
+    pub element: ElementType,
+    pub shape: Vec<i64>,
+    /// In elements, DLPack order.
+    pub strides: Vec<i64>,
+    pub read_only: bool,
+    pub is_copied: bool,
+}
+
+impl ExportSpec {
+    /// Describes a Julia array (column-major dims, strides in elements, as `size` and `strides`
+    /// return them). `IndexOrder::Producer` keeps Julia's index order, so `A[i, j]` is element
+    /// `[i-1, j-1]` for the consumer; `Reversed` hands out the reversed dims (a column-major
+    /// `Array` then looks row-major-compact to the consumer).
+    pub fn from_julia_layout(
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        dims: &[usize],
+        strides: &[isize],
+        order: IndexOrder,
+    ) -> Result<Self> {
+        if dims.len() != strides.len() {
+            return Err(Error::Export(format!(
+                "{} dims but {} strides were given",
+                dims.len(),
+                strides.len()
+            )));
+        }
+        let too_big = || {
+            Error::Export(format!(
+                "dims {dims:?} or strides {strides:?} do not fit in i64"
+            ))
+        };
+        let mut shape = dims
+            .iter()
+            .map(|&d| i64::try_from(d).map_err(|_| too_big()))
+            .collect::<Result<Vec<_>>>()?;
+        let mut dl_strides = strides
+            .iter()
+            .map(|&s| i64::try_from(s).map_err(|_| too_big()))
+            .collect::<Result<Vec<_>>>()?;
+        if order == IndexOrder::Reversed {
+            shape.reverse();
+            dl_strides.reverse();
+        }
+        Ok(Self {
+            first_element,
+            device,
+            element,
+            shape,
+            strides: dl_strides,
+            read_only: false,
+            is_copied: false,
+        })
+    }
+
+    /// The spec of an already validated tensor (to re-export it under a new owner).
+    pub fn of(descriptor: &TensorDescriptor) -> Self {
+        Self {
+            first_element: descriptor.first_element,
+            device: descriptor.device,
+            element: descriptor.element,
+            shape: descriptor.shape.clone(),
+            strides: descriptor.strides.clone(),
+            read_only: descriptor.read_only,
+            is_copied: descriptor.is_copied,
+        }
+    }
+
+    fn flags(&self) -> DlpackFlags {
+        let mut flags = DlpackFlags::empty();
+        flags.set(DlpackFlags::READ_ONLY, self.read_only);
+        flags.set(DlpackFlags::IS_COPIED, self.is_copied);
+        if matches!(self.element, ElementType::RawBytes { bits, .. } if bits < 8) {
+            flags |= DlpackFlags::IS_SUBBYTE_TYPE_PADDED;
+        }
+        flags
+    }
+
+    fn initialize<M: ManagedTensorBase, O: Send + 'static>(
+        &self,
+        owner: O,
+    ) -> Result<Initialized<M, dlpark::allocation::dynamic::Metadata>> {
+        let mut initialized = Dynamic::new(self.shape.as_slice(), self.strides.as_slice())
+            .initialize_as::<M>(Box::new(owner))
+            .map_err(|e| Error::Export(e.to_string()))?;
+        initialized
+            .set_data(self.first_element as *mut std::ffi::c_void)
+            .set_device(self.device.to_dlpack())
+            .set_dtype(self.element.to_dlpack())
+            .set_byte_offset(0);
+        Ok(initialized)
+    }
+}
+
+/// Builds a versioned managed tensor. `version` is the minor version to declare (clamped to
+/// what this library implements); `owner` is dropped when the consumer calls the deleter, or
+/// here if the spec does not validate.
+pub fn export_versioned<O: Send + 'static>(
+    spec: &ExportSpec,
+    owner: O,
+    minor_version: u32,
+) -> Result<Managed<DLManagedTensorVersioned>> {
+    let mut initialized = spec.initialize::<DLManagedTensorVersioned, O>(owner)?;
+    let version = DLPackVersion {
+        major: DLPackVersion::CURRENT.major,
+        minor: minor_version.min(DLPackVersion::CURRENT.minor),
+    };
+    initialized
+        .set_version(version)
+        .map_err(|e| Error::Export(e.to_string()))?;
+    // SAFETY: the flags restate the spec: READ_ONLY and IS_COPIED come from the caller, who
+    // owns the memory and knows them; the sub-byte flag matches the element layout.
+    unsafe { initialized.set_flags_unchecked(spec.flags()) };
+    // SAFETY: data lives as long as `owner`, which the tensor owns; shape and strides live in
+    // the tensor's own allocation; it is validated below before anyone sees it.
+    let managed = unsafe { initialized.finish() };
+    // SAFETY: the tensor was just built by us and its metadata lives in its own allocation.
+    unsafe {
+        TensorDescriptor::validate(managed.tensor(), Some(managed.version()), managed.flags())
+    }?;
+    Ok(managed)
+}
+
+/// Builds a legacy managed tensor (for consumers that do not ask for a versioned one). A
+/// read-only spec is refused: the legacy ABI cannot say so.
+pub fn export_legacy<O: Send + 'static>(
+    spec: &ExportSpec,
+    owner: O,
+) -> Result<Managed<DLManagedTensor>> {
+    if spec.read_only {
+        return Err(Error::Export(
+            "the tensor is read-only and the consumer asked for a legacy (unversioned) DLPack \
+             tensor, which cannot carry the READ_ONLY flag; ask with max_version=(1, x)"
+                .into(),
+        ));
+    }
+    let initialized = spec.initialize::<DLManagedTensor, O>(owner)?;
+    // SAFETY: as in `export_versioned`.
+    let managed = unsafe { initialized.finish() };
+    // SAFETY: as in `export_versioned`.
+    unsafe { TensorDescriptor::validate(managed.tensor(), None, managed.flags()) }?;
+    Ok(managed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::CountingOwner;
+
+    #[test]
+    fn julia_layout_keeps_or_reverses_index_order() {
+        let producer = ExportSpec::from_julia_layout(
+            64,
+            Device::CPU,
+            ElementType::Float64,
+            &[2, 3],
+            &[1, 2],
+            IndexOrder::Producer,
+        )
+        .unwrap();
+        assert_eq!(
+            (producer.shape.as_slice(), producer.strides.as_slice()),
+            (&[2, 3][..], &[1, 2][..])
+        );
+        let reversed = ExportSpec::from_julia_layout(
+            64,
+            Device::CPU,
+            ElementType::Float64,
+            &[2, 3],
+            &[1, 2],
+            IndexOrder::Reversed,
+        )
+        .unwrap();
+        assert_eq!(
+            (reversed.shape.as_slice(), reversed.strides.as_slice()),
+            (&[3, 2][..], &[2, 1][..])
+        );
+    }
+
+    #[test]
+    fn owner_is_dropped_once_by_the_deleter_and_metadata_is_explicit() {
+        let data = [0f32; 6];
+        let spec = ExportSpec::from_julia_layout(
+            data.as_ptr() as usize,
+            Device::CPU,
+            ElementType::Float32,
+            &[2, 3],
+            &[1, 2],
+            IndexOrder::Producer,
+        )
+        .unwrap();
+        let (owner, count) = CountingOwner::new();
+        let managed = export_versioned(&spec, owner, 1).unwrap();
+        assert_eq!(managed.version(), DLPackVersion { major: 1, minor: 1 });
+        // SAFETY: metadata of a live tensor we own.
+        let strides = unsafe { std::slice::from_raw_parts(managed.tensor().strides, 2) };
+        assert_eq!(strides, &[1, 2]);
+        assert_eq!(CountingOwner::releases(&count), 0);
+        drop(managed);
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn flags_travel_and_legacy_refuses_read_only() {
+        let data = [0u8; 4];
+        let mut spec = ExportSpec::from_julia_layout(
+            data.as_ptr() as usize,
+            Device::CPU,
+            ElementType::UInt8,
+            &[4],
+            &[1],
+            IndexOrder::Producer,
+        )
+        .unwrap();
+        spec.read_only = true;
+        let (owner, count) = CountingOwner::new();
+        assert!(matches!(export_legacy(&spec, owner), Err(Error::Export(_))));
+        assert_eq!(
+            CountingOwner::releases(&count),
+            1,
+            "owner released on the error path"
+        );
+        let (owner, _) = CountingOwner::new();
+        let managed = export_versioned(&spec, owner, 99).unwrap();
+        assert_eq!(managed.flags(), DlpackFlags::READ_ONLY);
+        assert_eq!(managed.version(), DLPackVersion::CURRENT);
+    }
+
+    #[test]
+    fn invalid_specs_release_the_owner() {
+        let spec = ExportSpec::from_julia_layout(
+            3,
+            Device::CPU,
+            ElementType::Float32,
+            &[2],
+            &[1],
+            IndexOrder::Producer,
+        )
+        .unwrap();
+        let (owner, count) = CountingOwner::new();
+        assert!(matches!(
+            export_versioned(&spec, owner, 3),
+            Err(Error::Misaligned { .. })
+        ));
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+}

@@ -1,0 +1,152 @@
+//! Ownership of a tensor someone else produced.
+//!
+//! [`ImportedTensor`] owns a legacy or versioned managed tensor (dlpark's [`Managed`], whose
+//! drop calls the producer's deleter) together with the [`TensorDescriptor`] validated when
+//! ownership was taken. The producer's deleter therefore runs exactly once: when the
+//! `ImportedTensor` is dropped, or — if validation fails — before the constructor returns.
+
+use crate::descriptor::TensorDescriptor;
+use crate::error::{Error, Result};
+use dlpark::Managed;
+use dlpark::dlpack::FromRawError;
+use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
+
+/// A managed tensor in either DLPack ABI. Dropping it calls the producer's deleter.
+pub enum ManagedTensor {
+    Legacy(Managed<DLManagedTensor>),
+    Versioned(Managed<DLManagedTensorVersioned>),
+}
+
+impl ManagedTensor {
+    /// Takes ownership of a versioned managed tensor. A tensor of another major version is
+    /// released (its deleter sits where every major version keeps it) and refused.
+    ///
+    /// # Safety
+    /// `ptr` must be null or point to a `DLManagedTensorVersioned` the caller owns and gives up;
+    /// its deleter, if any, must be callable once from any thread.
+    pub unsafe fn from_versioned_raw(ptr: *mut DLManagedTensorVersioned) -> Result<Self> {
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { Managed::from_raw(ptr) } {
+            Ok(managed) => Ok(Self::Versioned(managed)),
+            Err(FromRawError::Null) => Err(Error::NullTensor),
+            Err(FromRawError::Version { source }) => Err(Error::UnsupportedVersion {
+                found: source.actual,
+                supported: source.expected,
+            }),
+            Err(_) => Err(Error::NullTensor),
+        }
+    }
+
+    /// Takes ownership of a legacy managed tensor.
+    ///
+    /// # Safety
+    /// As [`Self::from_versioned_raw`], for a `DLManagedTensor`.
+    pub unsafe fn from_legacy_raw(ptr: *mut DLManagedTensor) -> Result<Self> {
+        // SAFETY: forwarded from this function's contract; legacy tensors carry no version.
+        match unsafe { Managed::from_raw(ptr) } {
+            Ok(managed) => Ok(Self::Legacy(managed)),
+            Err(_) => Err(Error::NullTensor),
+        }
+    }
+
+    /// Validates the metadata. The tensor stays owned by `self` whatever the outcome.
+    pub fn describe(&self) -> Result<TensorDescriptor> {
+        match self {
+            // SAFETY: a `Managed` owns its tensor, whose metadata the producer keeps readable and
+            // unchanged until the deleter runs, which cannot happen while `self` is borrowed.
+            Self::Legacy(m) => unsafe { TensorDescriptor::validate(m.tensor(), None, m.flags()) },
+            // SAFETY: as above.
+            Self::Versioned(m) => unsafe {
+                TensorDescriptor::validate(m.tensor(), Some(m.version()), m.flags())
+            },
+        }
+    }
+
+    pub fn version(&self) -> Option<DLPackVersion> {
+        match self {
+            Self::Legacy(_) => None,
+            Self::Versioned(m) => Some(m.version()),
+        }
+    }
+}
+
+/// An owned, validated foreign tensor.
+pub struct ImportedTensor {
+    managed: ManagedTensor,
+    descriptor: TensorDescriptor,
+}
+
+impl ImportedTensor {
+    /// Validates `managed`; on error it is dropped (its deleter runs) before returning.
+    pub fn new(managed: ManagedTensor) -> Result<Self> {
+        let descriptor = managed.describe()?;
+        Ok(Self {
+            managed,
+            descriptor,
+        })
+    }
+
+    pub fn descriptor(&self) -> &TensorDescriptor {
+        &self.descriptor
+    }
+
+    /// Gives up the descriptor and returns the still-owned managed tensor.
+    pub fn into_managed(self) -> ManagedTensor {
+        self.managed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{CountingOwner, counted_versioned};
+
+    #[test]
+    fn deleter_runs_once_on_drop() {
+        let (raw, count) = counted_versioned(&[2, 3], &[3, 1]);
+        // SAFETY: `raw` was just produced and is handed over.
+        let imported =
+            ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
+                .unwrap();
+        assert_eq!(imported.descriptor().shape, vec![2, 3]);
+        assert_eq!(CountingOwner::releases(&count), 0);
+        drop(imported);
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn deleter_runs_once_when_validation_fails() {
+        let (raw, count) = counted_versioned(&[2, -3], &[3, 1]);
+        // SAFETY: `raw` was just produced and is handed over.
+        let managed = unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap();
+        assert!(matches!(
+            ImportedTensor::new(managed),
+            Err(Error::NegativeDimension { .. })
+        ));
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn deleter_runs_once_when_the_major_version_is_foreign() {
+        let (raw, count) = counted_versioned(&[2], &[1]);
+        // SAFETY: `raw` is a live tensor we own; only its version field changes.
+        unsafe { (*raw).version.major = 2 };
+        // SAFETY: handed over.
+        let result = unsafe { ManagedTensor::from_versioned_raw(raw) };
+        assert!(matches!(
+            result,
+            Err(Error::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            })
+        ));
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn null_is_refused() {
+        // SAFETY: null is explicitly allowed by the contract.
+        let result = unsafe { ManagedTensor::from_versioned_raw(std::ptr::null_mut()) };
+        assert!(matches!(result, Err(Error::NullTensor)));
+    }
+}

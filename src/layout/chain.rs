@@ -1,0 +1,139 @@
+//! Nesting strides into a dense parent.
+//!
+//! Given the varying dimensions sorted by |stride|, find parent strides `P₀ = 1 | P₁ | … ` with
+//! `Pⱼ` dividing `strideⱼ` (so the dimension steps by `strideⱼ / Pⱼ` in the parent) and
+//! `Pⱼ₊₁ ≥ Pⱼ + (lenⱼ - 1)·strideⱼ` (so its range fits inside parent dimension `j`). Taking
+//! `Pⱼ₊₁ = strideⱼ₊₁` every time is not enough: `a[:, ::4, ::4]` of a 6×6×6 C-order array has
+//! strides (36, 24, 4) and only nests as the original 6×6×6 parent with `P₁ = 6`. So the search
+//! tries every admissible divisor, smallest first, remembering dead ends.
+
+use std::collections::HashSet;
+
+/// A varying dimension: its length (≥ 2) and |stride| (≥ 1), in elements.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Link {
+    pub len: u64,
+    pub stride: u64,
+}
+
+/// Beyond this, divisors are not enumerated (trial division would take too long); only the
+/// stride itself is tried. Real strides are far smaller: 2⁴⁰ elements is a terabyte.
+const DIVISOR_SEARCH_LIMIT: u64 = 1 << 40;
+
+/// Parent strides for `links` (sorted by stride), or `None` if no dense parent holds them.
+pub(crate) fn nest(links: &[Link]) -> Option<Vec<u64>> {
+    if links.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut dead_ends = HashSet::new();
+    let mut parent_strides = Vec::with_capacity(links.len());
+    search(links, 0, 1, &mut dead_ends, &mut parent_strides).then_some(parent_strides)
+}
+
+fn search(
+    links: &[Link],
+    j: usize,
+    p: u64,
+    dead_ends: &mut HashSet<(usize, u64)>,
+    out: &mut Vec<u64>,
+) -> bool {
+    if links[j].stride % p != 0 {
+        return false;
+    }
+    out.push(p);
+    if j + 1 == links.len() {
+        return true;
+    }
+    let fits = (links[j].len - 1)
+        .checked_mul(links[j].stride)
+        .and_then(|reach| reach.checked_add(p));
+    let next = links[j + 1].stride;
+    if let Some(bound) = fits.filter(|_| next % p == 0) {
+        let quotient = next / p;
+        let smallest = bound.div_ceil(p);
+        for q in divisors_at_least(quotient, smallest) {
+            let candidate = p * q;
+            if dead_ends.contains(&(j + 1, candidate)) {
+                continue;
+            }
+            if search(links, j + 1, candidate, dead_ends, out) {
+                return true;
+            }
+            dead_ends.insert((j + 1, candidate));
+        }
+    }
+    out.pop();
+    false
+}
+
+/// Divisors of `n` that are ≥ `at_least`, ascending.
+fn divisors_at_least(n: u64, at_least: u64) -> Vec<u64> {
+    if n > DIVISOR_SEARCH_LIMIT {
+        return if n >= at_least { vec![n] } else { vec![] };
+    }
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut d = 1u64;
+    while d * d <= n {
+        if n % d == 0 {
+            small.push(d);
+            if d * d != n {
+                large.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small.retain(|&d| d >= at_least);
+    small
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn links(pairs: &[(u64, u64)]) -> Vec<Link> {
+        pairs
+            .iter()
+            .map(|&(len, stride)| Link { len, stride })
+            .collect()
+    }
+
+    #[test]
+    fn dense_strides_nest_as_themselves() {
+        assert_eq!(
+            nest(&links(&[(4, 1), (3, 4), (2, 12)])),
+            Some(vec![1, 4, 12])
+        );
+    }
+
+    #[test]
+    fn sliced_strides_find_the_original_parent() {
+        // a[:, ::4, ::4] of a 6×6×6 C-order array, sorted by stride.
+        assert_eq!(
+            nest(&links(&[(2, 4), (2, 24), (6, 36)])),
+            Some(vec![1, 6, 36])
+        );
+    }
+
+    #[test]
+    fn overlapping_and_non_nesting_strides_do_not() {
+        assert_eq!(nest(&links(&[(3, 1), (2, 2)])), None, "overlap");
+        assert_eq!(
+            nest(&links(&[(2, 2), (2, 3)])),
+            Some(vec![1, 3]),
+            "parent 3×2, steps 2 and 1"
+        );
+        assert_eq!(
+            nest(&links(&[(3, 2), (2, 3)])),
+            None,
+            "disjoint but interleaved: 0 2 4 / 3 5 7"
+        );
+    }
+
+    #[test]
+    fn divisors_are_ascending_and_filtered() {
+        assert_eq!(divisors_at_least(36, 5), vec![6, 9, 12, 18, 36]);
+        assert_eq!(divisors_at_least(1 << 50, 3), vec![1 << 50]);
+    }
+}

@@ -1,0 +1,258 @@
+//! The layout planner: how a DLPack tensor (any shape and strides) becomes a Julia array.
+//!
+//! Julia has no general strided array type in Base, but it composes one: a dense column-major
+//! parent (`unsafe_wrap(Array, ptr, parent_dims)`), a `view` with one range per parent
+//! dimension, and a `PermutedDimsArray`. [`plan`] decides whether such a composition can address
+//! exactly the tensor's elements, and returns its parts; the Julia glue only assembles them:
+//!
+//! ```text
+//! P = unsafe_wrap(Array, Ptr{T}(first_element + parent_byte_offset), parent_dims)
+//! V = view(P, (start:step:start+step*(len-1) for each parent dim)...)   # skipped when all full
+//! R = PermutedDimsArray(V, permutation .+ 1)                            # skipped when identity
+//! ```
+//!
+//! so that `R[i₁, …, iₙ]` is the tensor element at DLPack index `(i₁-1, …, iₙ-1)`
+//! ([`IndexOrder::Producer`]) or at `(iₙ-1, …, i₁-1)` ([`IndexOrder::Reversed`]).
+//!
+//! When no composition exists (a zero stride repeats elements, strides overlap, or strides do
+//! not nest into a parent) the plan says a copy is needed, and [`crate::copy`] makes one.
+
+mod chain;
+
+use crate::descriptor::TensorDescriptor;
+use crate::dtype::ElementType;
+use crate::error::{Error, Result};
+
+/// Which index of the Julia array corresponds to which DLPack index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexOrder {
+    /// `R[i, j]` is DLPack element `[i-1, j-1]`: a (2, 3) torch tensor is a 2×3 Julia array.
+    Producer,
+    /// Dims reversed: a row-major (2, 3) tensor is a plain 3×2 `Array`, no wrapper type.
+    Reversed,
+}
+
+/// When a copy may be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyPolicy {
+    /// Zero-copy or an error (`copy=false`).
+    Never,
+    /// Zero-copy when possible, else a copy (`copy=nothing`).
+    IfNeeded,
+    /// Always a fresh copy (`copy=true`).
+    Always,
+}
+
+/// One range of a `view`, in Julia's 1-based terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DimRange {
+    pub start: usize,
+    pub step: isize,
+    pub len: usize,
+}
+
+impl DimRange {
+    fn full(len: usize) -> Self {
+        Self {
+            start: 1,
+            step: 1,
+            len,
+        }
+    }
+
+    fn is_full_of(&self, parent_dim: usize) -> bool {
+        self.start == 1 && self.step == 1 && self.len == parent_dim
+    }
+}
+
+/// A zero-copy composition (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewPlan {
+    /// Bytes from the tensor's first element to the parent's first element (≤ 0: negative
+    /// strides put the parent's start below the first element).
+    pub parent_byte_offset: isize,
+    pub parent_dims: Vec<usize>,
+    /// One range per parent dimension.
+    pub ranges: Vec<DimRange>,
+    /// `permutation[k]` is the parent dimension (0-based) of result dimension `k`.
+    pub permutation: Vec<usize>,
+}
+
+impl ViewPlan {
+    /// Whether the view is the whole parent (no `view` needed).
+    pub fn is_whole_parent(&self) -> bool {
+        self.ranges
+            .iter()
+            .zip(&self.parent_dims)
+            .all(|(r, &d)| r.is_full_of(d))
+    }
+
+    /// Whether the permutation is the identity (no `PermutedDimsArray` needed).
+    pub fn is_identity_permutation(&self) -> bool {
+        self.permutation.iter().enumerate().all(|(k, &p)| k == p)
+    }
+
+    /// The dims of the resulting Julia array.
+    pub fn result_dims(&self) -> Vec<usize> {
+        self.permutation
+            .iter()
+            .map(|&p| self.ranges[p].len)
+            .collect()
+    }
+}
+
+/// The planner's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutPlan {
+    /// Wrap the memory.
+    View(ViewPlan),
+    /// The tensor has no elements: allocate an empty array of these dims, share nothing.
+    Empty { dims: Vec<usize> },
+    /// Copy into a fresh column-major array of these dims (see [`crate::copy`]).
+    Copy {
+        dims: Vec<usize>,
+        reason: &'static str,
+    },
+}
+
+/// Decides how `descriptor` becomes a Julia array.
+pub fn plan(
+    descriptor: &TensorDescriptor,
+    order: IndexOrder,
+    policy: CopyPolicy,
+) -> Result<LayoutPlan> {
+    if let ElementType::PackedBits { .. } = descriptor.element {
+        // Validation guaranteed a compact layout: the data is one run of bytes.
+        let bytes = descriptor.dense_byte_size();
+        if policy == CopyPolicy::Always {
+            return Ok(LayoutPlan::Copy {
+                dims: vec![bytes],
+                reason: "a copy was requested",
+            });
+        }
+        return Ok(LayoutPlan::View(ViewPlan {
+            parent_byte_offset: 0,
+            parent_dims: vec![bytes],
+            ranges: vec![DimRange::full(bytes)],
+            permutation: vec![0],
+        }));
+    }
+    let (shape, strides) = ordered(descriptor, order);
+    let dims: Vec<usize> = shape.iter().map(|&n| n as usize).collect();
+    if dims.contains(&0) {
+        return Ok(LayoutPlan::Empty { dims });
+    }
+    if policy == CopyPolicy::Always {
+        return Ok(LayoutPlan::Copy {
+            dims,
+            reason: "a copy was requested",
+        });
+    }
+    match plan_view(&shape, &strides, descriptor.element.size()) {
+        Ok(view) => Ok(LayoutPlan::View(view)),
+        Err(reason) if policy == CopyPolicy::IfNeeded => Ok(LayoutPlan::Copy { dims, reason }),
+        Err(reason) => Err(Error::CopyRequired {
+            shape,
+            strides,
+            reason,
+        }),
+    }
+}
+
+/// Shape and strides in result order.
+pub(crate) fn ordered(descriptor: &TensorDescriptor, order: IndexOrder) -> (Vec<i64>, Vec<i64>) {
+    let (mut shape, mut strides) = (descriptor.shape.clone(), descriptor.strides.clone());
+    if order == IndexOrder::Reversed {
+        shape.reverse();
+        strides.reverse();
+    }
+    (shape, strides)
+}
+
+/// The view for a non-empty tensor, or why there is none. `shape`/`strides` in result order.
+fn plan_view(
+    shape: &[i64],
+    strides: &[i64],
+    element_size: usize,
+) -> std::result::Result<ViewPlan, &'static str> {
+    let ndim = shape.len();
+    // Dimensions of length ≥ 2 decide the layout; the stride of a length-1 dimension is never
+    // used to address anything, so it may be any value.
+    let mut varying: Vec<usize> = (0..ndim).filter(|&k| shape[k] >= 2).collect();
+    if varying.iter().any(|&k| strides[k] == 0) {
+        return Err("a zero stride repeats elements");
+    }
+    varying.sort_by_key(|&k| (strides[k].unsigned_abs(), k));
+    let links: Vec<chain::Link> = varying
+        .iter()
+        .map(|&k| chain::Link {
+            len: shape[k] as u64,
+            stride: strides[k].unsigned_abs(),
+        })
+        .collect();
+    let parent_strides =
+        chain::nest(&links).ok_or("the strides overlap or do not nest into one array")?;
+
+    // Parent order: the varying dims by increasing stride, each length-1 dim placed right
+    // after the varying dim that precedes it in result order (so F-order stays identity).
+    let mut parent_order: Vec<usize> = Vec::with_capacity(ndim);
+    let rank_of = |k: usize| varying.iter().position(|&v| v == k);
+    let mut keyed: Vec<(usize, usize, usize)> = Vec::with_capacity(ndim);
+    let mut last_rank = 0usize;
+    for k in 0..ndim {
+        match rank_of(k) {
+            Some(r) => {
+                last_rank = r + 1;
+                keyed.push((r + 1, 0, k));
+            }
+            None => keyed.push((last_rank, 1, k)),
+        }
+    }
+    keyed.sort();
+    parent_order.extend(keyed.iter().map(|&(_, _, k)| k));
+
+    let mut parent_dims = Vec::with_capacity(ndim);
+    let mut ranges = Vec::with_capacity(ndim);
+    let mut offset_elements: i128 = 0;
+    for &k in &parent_order {
+        let Some(r) = rank_of(k) else {
+            parent_dims.push(1);
+            ranges.push(DimRange::full(1));
+            continue;
+        };
+        let len = shape[k] as u64;
+        let step = links[r].stride / parent_strides[r];
+        let parent_dim = match parent_strides.get(r + 1) {
+            Some(next) => next / parent_strides[r],
+            None => (len - 1) * step + 1,
+        };
+        parent_dims.push(parent_dim as usize);
+        if strides[k] > 0 {
+            ranges.push(DimRange {
+                start: 1,
+                step: step as isize,
+                len: len as usize,
+            });
+        } else {
+            offset_elements += (len as i128 - 1) * strides[k] as i128;
+            ranges.push(DimRange {
+                start: ((len - 1) * step + 1) as usize,
+                step: -(step as isize),
+                len: len as usize,
+            });
+        }
+    }
+    let mut permutation = vec![0; ndim];
+    for (position, &k) in parent_order.iter().enumerate() {
+        permutation[k] = position;
+    }
+    Ok(ViewPlan {
+        parent_byte_offset: (offset_elements * element_size as i128) as isize,
+        parent_dims,
+        ranges,
+        permutation,
+    })
+}
+
+#[cfg(test)]
+mod tests;

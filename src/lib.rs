@@ -1,0 +1,33 @@
+//! RsDLPack core: everything about DLPack tensors that can be decided without Python or Julia.
+//!
+//! - [`imported`]: owning a tensor someone else produced (the producer's deleter runs once);
+//! - [`descriptor`]: validating its metadata once, at the border;
+//! - [`dtype`] and [`device`]: what its elements and memory are, in Julia terms;
+//! - [`layout`]: how any shape and strides become a zero-copy Julia array, or why not;
+//! - [`copy`]: a fresh column-major copy when a view is impossible or a copy is asked for;
+//! - [`export`]: a managed tensor over memory owned elsewhere.
+//!
+//! The bridges above (Python, Julia) only translate: they never decide layout or ownership.
+
+pub mod copy;
+pub mod descriptor;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod export;
+pub mod imported;
+pub mod layout;
+
+#[cfg(test)]
+mod test_support;
+
+pub use descriptor::TensorDescriptor;
+pub use device::{Device, DeviceKind};
+pub use dtype::ElementType;
+pub use error::{Error, Result};
+pub use export::ExportSpec;
+pub use imported::{ImportedTensor, ManagedTensor};
+pub use layout::{CopyPolicy, IndexOrder, LayoutPlan, ViewPlan};
+
+/// Re-exported so that the bridges name the same DLPack types.
+pub use dlpark;
