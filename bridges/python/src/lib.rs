@@ -1,1 +1,25 @@
-pub fn y() {}
+//! RsDLPack's Python bridge: the DLPack Python protocol over `PyObject*`.
+//!
+//! - [`import`]: any object with `__dlpack__` (or a capsule) → an owned, validated tensor;
+//! - [`exporter`]: a Python object with `__dlpack__` over a tensor Rust owns;
+//! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
+//! - [`release`]: Python producers' deleters run only under the GIL (deferred otherwise);
+//! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call.
+//!
+//! The bridge speaks to the rest of RsDLPack in DLPack itself: it hands out and takes
+//! `DLManagedTensorVersioned*`, so the Julia bridge never links Python. Built with
+//! `PYO3_BUILD_EXTENSION_MODULE=1` (see `.ci/run`), the library does not link libpython: its
+//! Python symbols resolve from the process that loads it, and abi3 makes one build serve every
+//! CPython ≥ 3.10.
+
+pub mod capsule;
+pub mod entry;
+pub mod error;
+pub mod exporter;
+pub mod import;
+pub mod release;
+pub mod request;
+
+pub use error::{BridgeError, BridgeResult, ErrorCode};
+pub use exporter::Exporter;
+pub use import::{ImportRequest, import};

@@ -1,0 +1,127 @@
+//! DLPack capsules: taking ownership of a producer's, and making our own.
+//!
+//! A consumer owns a capsule's tensor once it renames the capsule to `used_dltensor…`; the
+//! producer's capsule destructor then leaves it alone. Our own capsules' destructor releases
+//! the tensor only while the name is still unused, i.e. when nobody consumed it.
+
+use crate::error::{BridgeError, BridgeResult};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+use rsdlpack::ManagedTensor;
+use rsdlpack::dlpark::Managed;
+use rsdlpack::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+const VERSIONED: &CStr = c"dltensor_versioned";
+const LEGACY: &CStr = c"dltensor";
+const USED_VERSIONED: &CStr = c"used_dltensor_versioned";
+const USED_LEGACY: &CStr = c"used_dltensor";
+
+/// Whether `object` is a PyCapsule (of any name).
+pub fn is_capsule(object: &Bound<'_, PyAny>) -> bool {
+    object.is_instance_of::<PyCapsule>()
+}
+
+/// Takes ownership of the tensor inside a DLPack capsule and marks the capsule used.
+pub fn consume(capsule: &Bound<'_, PyAny>) -> BridgeResult<ManagedTensor> {
+    let raw = capsule.as_ptr();
+    let is_named = |name: &CStr| {
+        // SAFETY: `raw` is a live object (borrowed from `capsule`); IsValid never raises and
+        // answers false for non-capsules and other names.
+        unsafe { ffi::PyCapsule_IsValid(raw, name.as_ptr()) == 1 }
+    };
+    let (name, used) = if is_named(VERSIONED) {
+        (VERSIONED, USED_VERSIONED)
+    } else if is_named(LEGACY) {
+        (LEGACY, USED_LEGACY)
+    } else if is_named(USED_VERSIONED) || is_named(USED_LEGACY) {
+        return Err(BridgeError::ConsumedCapsule);
+    } else {
+        return Err(BridgeError::Argument(format!(
+            "{capsule} is not a DLPack capsule (expected the name \"dltensor_versioned\" or \"dltensor\")"
+        )));
+    };
+    // SAFETY: the capsule is valid under `name` (checked above), so GetPointer returns its
+    // non-null pointer without raising.
+    let pointer = unsafe { ffi::PyCapsule_GetPointer(raw, name.as_ptr()) };
+    // Rename before taking ownership: should renaming fail, the producer still owns the tensor.
+    // SAFETY: `used` is a 'static C string, as capsule names must outlive the capsule.
+    if unsafe { ffi::PyCapsule_SetName(raw, used.as_ptr()) } != 0 {
+        return Err(BridgeError::producer(
+            "PyCapsule_SetName",
+            PyErr::fetch(capsule.py()),
+        ));
+    }
+    let tensor = if name == VERSIONED {
+        // SAFETY: a "dltensor_versioned" capsule holds a DLManagedTensorVersioned*, and the
+        // rename made us its only owner.
+        unsafe { ManagedTensor::from_versioned_raw(pointer.cast()) }
+    } else {
+        // SAFETY: as above, for a legacy "dltensor" capsule.
+        unsafe { ManagedTensor::from_legacy_raw(pointer.cast()) }
+    };
+    Ok(tensor?)
+}
+
+/// Wraps a versioned managed tensor in a "dltensor_versioned" capsule.
+pub fn versioned_capsule<'py>(
+    py: Python<'py>,
+    tensor: Managed<DLManagedTensorVersioned>,
+) -> BridgeResult<Bound<'py, PyCapsule>> {
+    let raw = NonNull::new(tensor.into_raw().cast()).expect("Managed is never null");
+    // SAFETY: `raw` is an owned tensor; `release_unconsumed_versioned` frees it iff unconsumed.
+    let capsule = unsafe {
+        PyCapsule::new_with_pointer_and_destructor(
+            py,
+            raw,
+            VERSIONED,
+            Some(release_unconsumed_versioned),
+        )
+    };
+    capsule.map_err(|err| {
+        // SAFETY: capsule creation failed, so we still own `raw`.
+        drop(unsafe { Managed::<DLManagedTensorVersioned>::from_raw(raw.as_ptr().cast()) });
+        BridgeError::producer("PyCapsule_New", err)
+    })
+}
+
+/// Wraps a legacy managed tensor in a "dltensor" capsule.
+pub fn legacy_capsule<'py>(
+    py: Python<'py>,
+    tensor: Managed<DLManagedTensor>,
+) -> BridgeResult<Bound<'py, PyCapsule>> {
+    let raw = NonNull::new(tensor.into_raw().cast()).expect("Managed is never null");
+    // SAFETY: as in `versioned_capsule`.
+    let capsule = unsafe {
+        PyCapsule::new_with_pointer_and_destructor(py, raw, LEGACY, Some(release_unconsumed_legacy))
+    };
+    capsule.map_err(|err| {
+        // SAFETY: capsule creation failed, so we still own `raw`.
+        drop(unsafe { Managed::<DLManagedTensor>::from_raw(raw.as_ptr().cast()) });
+        BridgeError::producer("PyCapsule_New", err)
+    })
+}
+
+unsafe extern "C" fn release_unconsumed_versioned(capsule: *mut ffi::PyObject) {
+    // SAFETY: called by Python with a live capsule; IsValid never raises.
+    if unsafe { ffi::PyCapsule_IsValid(capsule, VERSIONED.as_ptr()) } != 1 {
+        return; // consumed: the consumer owns the tensor now
+    }
+    // SAFETY: valid under VERSIONED, so the pointer is our unconsumed DLManagedTensorVersioned.
+    let raw = unsafe { ffi::PyCapsule_GetPointer(capsule, VERSIONED.as_ptr()) };
+    // SAFETY: nobody else owns an unconsumed tensor; dropping it calls its deleter once.
+    drop(unsafe { Managed::<DLManagedTensorVersioned>::from_raw(raw.cast()) });
+}
+
+unsafe extern "C" fn release_unconsumed_legacy(capsule: *mut ffi::PyObject) {
+    // SAFETY: as in `release_unconsumed_versioned`, for the legacy name.
+    if unsafe { ffi::PyCapsule_IsValid(capsule, LEGACY.as_ptr()) } != 1 {
+        return;
+    }
+    // SAFETY: as above.
+    let raw = unsafe { ffi::PyCapsule_GetPointer(capsule, LEGACY.as_ptr()) };
+    // SAFETY: as above.
+    drop(unsafe { Managed::<DLManagedTensor>::from_raw(raw.cast()) });
+}

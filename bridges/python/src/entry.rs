@@ -1,0 +1,219 @@
+//! The C entry points: what Julia's `ccall` (and Python's ctypes) call.
+//!
+//! Each one runs through [`trampoline`], which catches panics and turns every error into a
+//! return code ([`ErrorCode`], 0 on success) plus a message the caller frees with
+//! `rsdlpack_error_free`. Each attaches to the interpreter (taking the GIL if the caller
+//! released it) and first drains the queue of deferred releases (see [`crate::release`]).
+
+use crate::error::{BridgeError, BridgeResult, ErrorCode};
+use crate::exporter::Exporter;
+use crate::import::{ImportRequest, import};
+use crate::release;
+use crate::request::StreamRequest;
+use pyo3::prelude::*;
+use pyo3::{Bound, PyAny, Python, ffi};
+use rsdlpack::dlpark::Managed;
+use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensorVersioned};
+use rsdlpack::{Device, ImportedTensor, ManagedTensor};
+use std::ffi::{CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Import options as C passes them. `has_*` fields say whether the next field carries a request.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RsdlImportOptions {
+    pub has_stream: i32,
+    /// A DLPack stream value: -1, 1, 2 or a handle (0 is refused).
+    pub stream: i64,
+    pub has_device: i32,
+    pub device_type: u32,
+    pub device_id: i32,
+    /// -1: no preference (`copy=None`), 0: never copy, 1: always copy.
+    pub copy: i32,
+}
+
+impl RsdlImportOptions {
+    fn parse(&self) -> BridgeResult<ImportRequest> {
+        let stream = if self.has_stream != 0 {
+            StreamRequest::from_value(self.stream)?
+        } else {
+            StreamRequest::Omitted
+        };
+        let device = (self.has_device != 0).then(|| {
+            Device::from_dlpack(DLDevice {
+                device_type: DLDeviceType(self.device_type),
+                device_id: self.device_id,
+            })
+        });
+        let copy = match self.copy {
+            -1 => None,
+            0 => Some(false),
+            1 => Some(true),
+            other => {
+                return Err(BridgeError::Argument(format!(
+                    "copy must be -1, 0 or 1, got {other}"
+                )));
+            }
+        };
+        Ok(ImportRequest {
+            stream,
+            device,
+            copy,
+        })
+    }
+}
+
+fn write_error(error_out: *mut *mut c_char, message: String) {
+    if error_out.is_null() {
+        return;
+    }
+    let message = CString::new(message.replace('\0', " ")).expect("NULs were replaced");
+    // SAFETY: the caller passed a writable `char**` (checked non-null above).
+    unsafe { *error_out = message.into_raw() };
+}
+
+/// Runs `body`, catching panics; returns 0 or an [`ErrorCode`] with its message written.
+fn trampoline(error_out: *mut *mut c_char, body: impl FnOnce() -> BridgeResult<()>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(error)) => {
+            write_error(error_out, error.to_string());
+            error.code() as i32
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            write_error(
+                error_out,
+                format!("internal error in RsDLPack (please report): {what}"),
+            );
+            ErrorCode::Internal as i32
+        }
+    }
+}
+
+fn with_python<T>(body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>) -> BridgeResult<T> {
+    Python::try_attach(|py| {
+        release::drain(py);
+        body(py)
+    })
+    .unwrap_or_else(|| {
+        Err(BridgeError::Argument(
+            "the Python interpreter is not running".into(),
+        ))
+    })
+}
+
+/// Imports a Python object (anything with `__dlpack__`, or a DLPack capsule) and stores in
+/// `*out` an owned versioned managed tensor over the same memory. Release it with
+/// `rsdlpack_tensor_release` (or hand it to another owner); its deleter may be called from any
+/// thread. `options` may be null (no stream, device or copy request). If the producer is too
+/// old to be asked for a copy, none is made here: the caller's layout plan copies instead.
+///
+/// # Safety
+/// `object` must be a live `PyObject*`; `out` a writable pointer; `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_import(
+    object: *mut ffi::PyObject,
+    options: *const RsdlImportOptions,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    trampoline(error_out, || {
+        if object.is_null() || out.is_null() {
+            return Err(BridgeError::Argument(
+                "rsdlpack_py_import: object and out must not be null".into(),
+            ));
+        }
+        // SAFETY: `options` is null or points to an options struct (caller's contract).
+        let request = unsafe { options.as_ref() }
+            .copied()
+            .unwrap_or(RsdlImportOptions {
+                copy: -1,
+                ..Default::default()
+            })
+            .parse()?;
+        let managed = with_python(|py| {
+            // SAFETY: `object` is a live object the caller lends us for the call.
+            let object: Bound<'_, PyAny> = unsafe { Bound::from_borrowed_ptr(py, object) };
+            Ok(release::rewrap(import(&object, &request)?)?)
+        })?;
+        // SAFETY: `out` is writable (checked non-null; caller's contract).
+        unsafe { *out = managed.into_raw() };
+        Ok(())
+    })
+}
+
+/// Takes ownership of a versioned managed tensor (even on error, when it is released) and
+/// stores in `*out` a new reference to a Python object that offers it through `__dlpack__`.
+///
+/// # Safety
+/// `tensor` must be an owned `DLManagedTensorVersioned*` (its deleter callable from any
+/// thread); `out` writable; `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_export(
+    tensor: *mut DLManagedTensorVersioned,
+    out: *mut *mut ffi::PyObject,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    trampoline(error_out, || {
+        // SAFETY: ownership of `tensor` passes to us (caller's contract).
+        let owned = ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(tensor) }?)?;
+        if out.is_null() {
+            return Err(BridgeError::Argument(
+                "rsdlpack_py_export: out must not be null".into(),
+            ));
+        }
+        let object = with_python(|py| {
+            Py::new(py, Exporter::new(owned))
+                .map_err(|e| BridgeError::producer("creating the exporter", e))
+        })?;
+        // SAFETY: `out` is writable; the new reference passes to the caller.
+        unsafe { *out = object.into_ptr() };
+        Ok(())
+    })
+}
+
+/// Releases a managed tensor now (its deleter runs; a Python producer's is deferred to a
+/// thread holding the GIL). Null is ignored.
+///
+/// # Safety
+/// `tensor` must be null or an owned `DLManagedTensorVersioned*` that is not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_tensor_release(tensor: *mut DLManagedTensorVersioned) {
+    if tensor.is_null() {
+        return;
+    }
+    let _ = catch_unwind(|| {
+        // SAFETY: ownership passes to us (caller's contract); dropping runs the deleter once.
+        drop(unsafe { Managed::from_raw(tensor) });
+    });
+}
+
+/// Releases every Python-produced tensor whose release was deferred; returns how many. Takes
+/// the GIL (blocks until it is available): call it from a thread that may wait for Python.
+#[unsafe(no_mangle)]
+pub extern "C" fn rsdlpack_py_flush_releases() -> usize {
+    catch_unwind(|| Python::try_attach(release::drain).unwrap_or(0)).unwrap_or(0)
+}
+
+/// How many released tensors wait for a thread that holds the GIL.
+#[unsafe(no_mangle)]
+pub extern "C" fn rsdlpack_py_pending_releases() -> usize {
+    catch_unwind(release::pending).unwrap_or(0)
+}
+
+/// Frees a message written by an entry point. Null is ignored.
+///
+/// # Safety
+/// `message` must be null or a message from this library, not freed before.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_error_free(message: *mut c_char) {
+    if !message.is_null() {
+        // SAFETY: it came from `CString::into_raw` in `write_error`.
+        drop(unsafe { CString::from_raw(message) });
+    }
+}

@@ -1,0 +1,134 @@
+//! The exporter: a Python object with `__dlpack__` and `__dlpack_device__` over a tensor that
+//! Rust owns (a Julia array's root, a copy buffer, a tensor from another producer).
+//!
+//! Every `__dlpack__` call hands out a new managed tensor whose owner shares the source, so
+//! the source lives until the exporter and every consumer are done with it. Capsules nobody
+//! consumes are freed by their destructor (see [`crate::capsule`]).
+
+use crate::capsule::{legacy_capsule, versioned_capsule};
+use crate::error::{BridgeError, BridgeResult};
+use crate::request::{StreamRequest, VersionRequest, copy_from_python, device_from_python};
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+use rsdlpack::copy::{AlignedBuffer, materialize};
+use rsdlpack::export::{export_legacy, export_versioned};
+use rsdlpack::{DeviceKind, ExportSpec, ImportedTensor, IndexOrder};
+use std::sync::Arc;
+
+/// The tensor behind an exporter, and what keeps its memory alive.
+struct Source {
+    tensor: ImportedTensor,
+}
+
+/// What a capsule's managed tensor owns: the shared source, or a private copy of it.
+enum CapsuleOwner {
+    Shared(#[allow(dead_code)] Arc<Source>),
+    Copy(#[allow(dead_code)] AlignedBuffer),
+}
+
+/// A tensor offered to Python consumers through the DLPack protocol.
+#[pyclass(frozen, name = "DLPackTensor", module = "rsdlpack")]
+pub struct Exporter {
+    source: Arc<Source>,
+}
+
+impl Exporter {
+    pub fn new(tensor: ImportedTensor) -> Self {
+        Self {
+            source: Arc::new(Source { tensor }),
+        }
+    }
+
+    fn export<'py>(
+        &self,
+        py: Python<'py>,
+        stream: StreamRequest,
+        version: VersionRequest,
+        device: Option<rsdlpack::Device>,
+        copy: Option<bool>,
+    ) -> BridgeResult<Bound<'py, PyCapsule>> {
+        let descriptor = self.source.tensor.descriptor();
+        if let Some(wanted) = device.filter(|&d| d != descriptor.device) {
+            return Err(BridgeError::Buffer(format!(
+                "cannot export a tensor on {:?} to dl_device {wanted:?}",
+                descriptor.device
+            )));
+        }
+        if descriptor.device.kind == DeviceKind::Cpu
+            && !matches!(stream, StreamRequest::Omitted | StreamRequest::NoSync)
+        {
+            return Err(BridgeError::Argument(format!(
+                "stream must be None for a CPU tensor, got {:?}",
+                stream.to_value()
+            )));
+        }
+        let (spec, owner) = if copy == Some(true) {
+            // SAFETY: the source's memory is alive (we own it) and host-readable (materialize
+            // refuses other devices); exporters are read-only views, nobody writes meanwhile.
+            let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
+            let dims: Vec<usize> = descriptor.shape.iter().map(|&n| n as usize).collect();
+            let mut strides = vec![1isize; dims.len()];
+            for k in 1..dims.len() {
+                strides[k] = strides[k - 1] * dims[k - 1].max(1) as isize;
+            }
+            let mut spec = ExportSpec::from_julia_layout(
+                buffer.as_ptr() as usize,
+                descriptor.device,
+                descriptor.element,
+                &dims,
+                &strides,
+                IndexOrder::Producer,
+            )?;
+            spec.is_copied = true;
+            (spec, CapsuleOwner::Copy(buffer))
+        } else {
+            (
+                ExportSpec::of(descriptor),
+                CapsuleOwner::Shared(Arc::clone(&self.source)),
+            )
+        };
+        match version {
+            VersionRequest::Versioned { minor } => {
+                versioned_capsule(py, export_versioned(&spec, owner, minor)?)
+            }
+            VersionRequest::Legacy => legacy_capsule(py, export_legacy(&spec, owner)?),
+        }
+    }
+}
+
+#[pymethods]
+impl Exporter {
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<Bound<'py, PyAny>>,
+        dl_device: Option<Bound<'py, PyAny>>,
+        copy: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        crate::release::drain(py);
+        let stream = StreamRequest::from_python(stream.as_ref())?;
+        let version = VersionRequest::from_python(max_version.as_ref())?;
+        let device = device_from_python(dl_device.as_ref())?;
+        let copy = copy_from_python(copy.as_ref())?;
+        Ok(self.export(py, stream, version, device, copy)?)
+    }
+
+    fn __dlpack_device__(&self) -> (u32, i32) {
+        let device = self.source.tensor.descriptor().device.to_dlpack();
+        (device.device_type.0, device.device_id)
+    }
+
+    fn __repr__(&self) -> String {
+        let d = self.source.tensor.descriptor();
+        format!(
+            "rsdlpack.DLPackTensor(shape={:?}, strides={:?}, dtype={}, device={:?}, read_only={})",
+            d.shape,
+            d.strides,
+            d.element.julia_name(),
+            d.device,
+            d.read_only
+        )
+    }
+}

@@ -1,0 +1,87 @@
+//! Releasing tensors that Python produced, without deadlocks.
+//!
+//! A Python producer's deleter (NumPy's, for instance) takes the GIL. Julia runs finalizers on
+//! whichever thread triggered a collection; if that thread does not hold the GIL while another
+//! thread does (and that thread waits for the first), calling the deleter there deadlocks. So a
+//! [`PythonProduced`] tensor is released at once only on a thread that already holds the GIL;
+//! anywhere else it goes to a queue that the next bridge call holding the GIL drains, or that
+//! [`drain`] empties on request (`rsdlpack_py_flush_releases`).
+//!
+//! Every tensor the bridge hands out is re-wrapped ([`rewrap`]) as a versioned managed tensor
+//! whose owner is a `PythonProduced`, so that consumers of the bridge (the Julia bridge) never
+//! see a Python deleter and need not care about the GIL.
+
+use rsdlpack::dlpark::Managed;
+use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
+use rsdlpack::export::export_versioned;
+use rsdlpack::{ExportSpec, ImportedTensor};
+use std::os::raw::c_int;
+use std::sync::Mutex;
+
+/// Python-produced tensors waiting for a thread that holds the GIL.
+static PENDING: Mutex<Vec<ImportedTensor>> = Mutex::new(Vec::new());
+
+unsafe extern "C" {
+    // Not in the limited API headers that pyo3's abi3 mode exposes, but exported by every
+    // CPython since 3.4; resolved from the host process like every other Python symbol.
+    fn PyGILState_Check() -> c_int;
+}
+
+/// Whether the calling thread holds the GIL of a running interpreter.
+pub fn this_thread_holds_the_gil() -> bool {
+    // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+        return false;
+    }
+    // SAFETY: callable from any thread once the interpreter is initialised.
+    unsafe { PyGILState_Check() == 1 }
+}
+
+/// An owner for a tensor that Python produced: its deleter runs only under the GIL.
+pub struct PythonProduced(Option<ImportedTensor>);
+
+impl PythonProduced {
+    pub fn new(tensor: ImportedTensor) -> Self {
+        Self(Some(tensor))
+    }
+}
+
+impl Drop for PythonProduced {
+    fn drop(&mut self) {
+        let Some(tensor) = self.0.take() else { return };
+        if this_thread_holds_the_gil() {
+            drop(tensor);
+        } else {
+            // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
+            PENDING
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(tensor);
+        }
+    }
+}
+
+/// Releases every queued tensor. Call with the GIL held (a `Python` token proves it).
+pub fn drain(_py: pyo3::Python<'_>) -> usize {
+    let batch = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    let released = batch.len();
+    // Dropped outside the lock: a deleter may itself release a Python-produced tensor.
+    drop(batch);
+    released
+}
+
+/// How many tensors wait for the GIL.
+pub fn pending() -> usize {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+/// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
+/// deleter releases the original under the GIL (see the module docs).
+pub fn rewrap(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
+    let spec = ExportSpec::of(tensor.descriptor());
+    export_versioned(
+        &spec,
+        PythonProduced::new(tensor),
+        DLPackVersion::CURRENT.minor,
+    )
+}

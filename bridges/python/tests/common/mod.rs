@@ -1,0 +1,76 @@
+//! Shared helpers for the bridge's tests, which embed CPython and use the real NumPy and JAX
+//! (installed into the venv that `.ci/run` creates and puts on PYTHONPATH).
+#![allow(dead_code)]
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
+use rsdlpack::{Device, ElementType, ExportSpec, ImportedTensor, IndexOrder, ManagedTensor};
+use rsdlpack_python::{ImportRequest, import};
+use std::ffi::CString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Evaluates Python `code` (statements, then `result = …`) with numpy as `np`, and returns
+/// `result`. `jax` and `jnp` are available when `with_jax` is set.
+pub fn run<'py>(py: Python<'py>, code: &str) -> Bound<'py, PyAny> {
+    let globals = PyDict::new(py);
+    let prelude = "import sys, gc\nimport numpy as np\n";
+    let source = CString::new(format!("{prelude}{code}")).unwrap();
+    py.run(&source, Some(&globals), None)
+        .unwrap_or_else(|e| panic!("python failed: {e}\n{code}"));
+    globals
+        .get_item("result")
+        .unwrap()
+        .expect("the snippet sets `result`")
+}
+
+/// Imports with the default request.
+pub fn import_default(object: &Bound<'_, PyAny>) -> ImportedTensor {
+    import(object, &ImportRequest::default()).unwrap_or_else(|e| panic!("import failed: {e}"))
+}
+
+/// `sys.getrefcount(object)`.
+pub fn refcount(object: &Bound<'_, PyAny>) -> isize {
+    // SAFETY: `object` is a live object and we hold the GIL.
+    unsafe { pyo3::ffi::Py_REFCNT(object.as_ptr()) }
+}
+
+/// A release counter to put inside managed tensors made by the tests.
+pub struct Counted(pub Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A Rust-owned Float32 tensor (owning `data`) as an `ImportedTensor`, with a release counter.
+pub fn rust_tensor(
+    data: Vec<f32>,
+    shape: &[usize],
+    strides: &[isize],
+) -> (ImportedTensor, Arc<AtomicUsize>, usize) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let address = data.as_ptr() as usize;
+    let spec = ExportSpec::from_julia_layout(
+        address,
+        Device::CPU,
+        ElementType::Float32,
+        shape,
+        strides,
+        IndexOrder::Producer,
+    )
+    .unwrap();
+    let owner = (data, Counted(Arc::clone(&count)));
+    let managed = rsdlpack::export::export_versioned(&spec, owner, 3).unwrap();
+    let raw: *mut DLManagedTensorVersioned = managed.into_raw();
+    // SAFETY: just built and handed over.
+    let tensor =
+        ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap()).unwrap();
+    (tensor, count, address)
+}
+
+pub fn releases(count: &Arc<AtomicUsize>) -> usize {
+    count.load(Ordering::SeqCst)
+}

@@ -1,0 +1,249 @@
+//! Export consumed by the real NumPy and JAX: same address, the whole __dlpack__ signature,
+//! and the owner released exactly once (also when capsules are never consumed).
+
+mod common;
+
+use common::*;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use rsdlpack::copy::AlignedBuffer;
+use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
+use rsdlpack::{Device, ElementType, ExportSpec, ImportedTensor, IndexOrder, ManagedTensor};
+use rsdlpack_python::Exporter;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+/// A 64-byte aligned Float32 buffer holding 0, 1, 2, … exported with the given Julia layout.
+fn aligned_tensor(
+    len: usize,
+    dims: &[usize],
+    strides: &[isize],
+    read_only: bool,
+) -> (ImportedTensor, Arc<AtomicUsize>, usize) {
+    let buffer = AlignedBuffer::zeroed(len * 4);
+    // SAFETY: the buffer holds `len` f32s and is exclusively ours.
+    let values = unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr().cast::<f32>(), len) };
+    for (i, v) in values.iter_mut().enumerate() {
+        *v = i as f32;
+    }
+    let address = buffer.as_ptr() as usize;
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut spec = ExportSpec::from_julia_layout(
+        address,
+        Device::CPU,
+        ElementType::Float32,
+        dims,
+        strides,
+        IndexOrder::Producer,
+    )
+    .unwrap();
+    spec.read_only = read_only;
+    let managed =
+        rsdlpack::export::export_versioned(&spec, (buffer, Counted(Arc::clone(&count))), 3)
+            .unwrap();
+    let raw: *mut DLManagedTensorVersioned = managed.into_raw();
+    // SAFETY: just built and handed over.
+    let tensor =
+        ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap()).unwrap();
+    (tensor, count, address)
+}
+
+fn with_exporter<'py>(py: Python<'py>, tensor: ImportedTensor, code: &str) -> Bound<'py, PyDict> {
+    let globals = PyDict::new(py);
+    globals
+        .set_item("exporter", Py::new(py, Exporter::new(tensor)).unwrap())
+        .unwrap();
+    let source = std::ffi::CString::new(format!("import gc\nimport numpy as np\n{code}")).unwrap();
+    py.run(&source, Some(&globals), None)
+        .unwrap_or_else(|e| panic!("python failed: {e}\n{code}"));
+    globals
+}
+
+fn get<'py, T: for<'a> FromPyObject<'a, 'py>>(globals: &Bound<'py, PyDict>, name: &str) -> T
+where
+    for<'a> <T as FromPyObject<'a, 'py>>::Error: std::fmt::Debug,
+{
+    globals.get_item(name).unwrap().unwrap().extract().unwrap()
+}
+
+#[test]
+fn numpy_consumes_at_the_same_address_and_the_owner_is_released_once() {
+    Python::attach(|py| {
+        let (tensor, count, address) = aligned_tensor(6, &[2, 3], &[1, 2], false);
+        let g = with_exporter(
+            py,
+            tensor,
+            "a = np.from_dlpack(exporter)\naddress = a.ctypes.data\nshape = list(a.shape)\n\
+             strides = list(a.strides)\nvalues = a.tolist()\nwritable = a.flags.writeable\n\
+             del a, exporter\ngc.collect()",
+        );
+        assert_eq!(get::<usize>(&g, "address"), address);
+        assert_eq!(get::<Vec<usize>>(&g, "shape"), vec![2, 3]);
+        assert_eq!(
+            get::<Vec<usize>>(&g, "strides"),
+            vec![4, 8],
+            "Julia's column-major strides, in bytes"
+        );
+        assert_eq!(
+            get::<Vec<Vec<f32>>>(&g, "values"),
+            vec![vec![0.0, 2.0, 4.0], vec![1.0, 3.0, 5.0]]
+        );
+        assert!(get::<bool>(&g, "writable"));
+        assert_eq!(releases(&count), 1);
+    });
+}
+
+#[test]
+fn jax_consumes_a_legacy_capsule_at_the_same_address() {
+    Python::attach(|py| {
+        let (tensor, count, address) = aligned_tensor(12, &[4, 3], &[3, 1], false);
+        let g = with_exporter(
+            py,
+            tensor,
+            "import jax, jax.dlpack\nx = jax.dlpack.from_dlpack(exporter)\naddress = x.unsafe_buffer_pointer()\n\
+             values = np.asarray(x).tolist()\ndel x, exporter\ngc.collect()",
+        );
+        assert_eq!(
+            get::<usize>(&g, "address"),
+            address,
+            "64-byte aligned row-major: JAX shares"
+        );
+        assert_eq!(get::<Vec<Vec<f32>>>(&g, "values")[1], vec![3.0, 4.0, 5.0]);
+        assert_eq!(releases(&count), 1);
+    });
+}
+
+#[test]
+fn unconsumed_capsules_are_freed_and_the_source_outlives_them() {
+    Python::attach(|py| {
+        let (tensor, count, _) = aligned_tensor(4, &[4], &[1], false);
+        let g = with_exporter(
+            py,
+            tensor,
+            "v = exporter.__dlpack__(max_version=(1, 3))\nl = exporter.__dlpack__()\n\
+             names = [repr(v).split('\"')[1], repr(l).split('\"')[1]]\ndel v, l\ngc.collect()",
+        );
+        assert_eq!(
+            get::<Vec<String>>(&g, "names"),
+            vec!["dltensor_versioned", "dltensor"]
+        );
+        assert_eq!(releases(&count), 0, "the exporter still holds the source");
+        g.del_item("exporter").unwrap();
+        assert_eq!(releases(&count), 1);
+    });
+}
+
+#[test]
+fn the_dlpack_signature_is_honoured() {
+    Python::attach(|py| {
+        let (tensor, _, address) = aligned_tensor(6, &[6], &[1], false);
+        let g = with_exporter(
+            py,
+            tensor,
+            "def error(**kw):\n    try:\n        exporter.__dlpack__(**kw)\n        return None\n    except Exception as e:\n        return type(e).__name__ + ': ' + str(e)\n\
+             device = list(exporter.__dlpack_device__())\n\
+             copied = np.from_dlpack(exporter, copy=True)\ncopy_address = copied.ctypes.data\ncopy_values = copied.tolist()\n\
+             same = np.from_dlpack(exporter, copy=False).ctypes.data\n\
+             on_cpu = np.from_dlpack(exporter, device='cpu').ctypes.data\n\
+             errors = [error(dl_device=(2, 0)), error(stream=0, max_version=(1, 3)), error(stream=5), error(copy='yes'), error(max_version='1.3')]",
+        );
+        assert_eq!(get::<Vec<i64>>(&g, "device"), vec![1, 0]);
+        assert_ne!(get::<usize>(&g, "copy_address"), address);
+        assert_eq!(
+            get::<Vec<f32>>(&g, "copy_values"),
+            vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        );
+        assert_eq!(get::<usize>(&g, "same"), address);
+        assert_eq!(get::<usize>(&g, "on_cpu"), address);
+        let errors: Vec<String> = get(&g, "errors");
+        assert!(
+            errors[0].starts_with("BufferError") && errors[0].contains("dl_device"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].starts_with("ValueError") && errors[1].contains("stream=0"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2].starts_with("ValueError") && errors[2].contains("CPU"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[3].starts_with("ValueError") && errors[3].contains("copy"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[4].starts_with("ValueError") && errors[4].contains("max_version"),
+            "{errors:?}"
+        );
+    });
+}
+
+#[test]
+fn read_only_tensors_export_read_only_and_refuse_legacy_consumers() {
+    Python::attach(|py| {
+        let (tensor, _, _) = aligned_tensor(3, &[3], &[1], true);
+        let g = with_exporter(
+            py,
+            tensor,
+            "writable = np.from_dlpack(exporter).flags.writeable\n\
+             try:\n    exporter.__dlpack__()\n    legacy = None\nexcept BufferError as e:\n    legacy = str(e)",
+        );
+        assert!(!get::<bool>(&g, "writable"));
+        let legacy: String = get(&g, "legacy");
+        assert!(legacy.contains("read-only"), "{legacy}");
+    });
+}
+
+#[test]
+fn a_byte_offset_is_honoured_both_ways() {
+    Python::attach(|py| {
+        let (tensor, _, address) = aligned_tensor(8, &[8], &[1], false);
+        let raw: *mut DLManagedTensorVersioned = match tensor.into_managed() {
+            ManagedTensor::Versioned(m) => m.into_raw(),
+            ManagedTensor::Legacy(_) => unreachable!(),
+        };
+        // SAFETY: a live tensor we own; moving 12 bytes from data into byte_offset keeps the
+        // first element where it was... then we move it forward by 3 elements.
+        unsafe {
+            (*raw).dl_tensor.byte_offset = 12;
+            *(*raw).dl_tensor.shape = 5;
+        }
+        // SAFETY: handed over.
+        let shifted =
+            ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
+                .unwrap();
+        assert_eq!(shifted.descriptor().first_element, address + 12);
+        let g = with_exporter(
+            py,
+            shifted,
+            "a = np.from_dlpack(exporter)\naddress = a.ctypes.data\nvalues = a.tolist()",
+        );
+        assert_eq!(get::<usize>(&g, "address"), address + 12);
+        assert_eq!(get::<Vec<f32>>(&g, "values"), vec![3.0, 4.0, 5.0, 6.0, 7.0]);
+    });
+}
+
+#[test]
+fn python_tensors_round_trip_through_the_exporter() {
+    Python::attach(|py| {
+        let array = run(py, "result = np.arange(12.0).reshape(3, 4)[:, ::2]");
+        let before = refcount(&array);
+        let tensor = rsdlpack_python::release::rewrap(import_default(&array)).unwrap();
+        // SAFETY: the rewrapped tensor is ours to hand over.
+        let owned = ImportedTensor::new(
+            unsafe { ManagedTensor::from_versioned_raw(tensor.into_raw()) }.unwrap(),
+        )
+        .unwrap();
+        let g = with_exporter(py, owned, "");
+        g.set_item("original", &array).unwrap();
+        py.run(c"b = np.from_dlpack(exporter)\nsame = b.ctypes.data == original.ctypes.data and b.strides == original.strides\ndel b, exporter\ngc.collect()", Some(&g), None).unwrap();
+        assert!(get::<bool>(&g, "same"));
+        g.del_item("original").unwrap();
+        assert_eq!(
+            refcount(&array),
+            before,
+            "NumPy's deleter ran once, under the GIL"
+        );
+    });
+}

@@ -1,0 +1,72 @@
+//! Import from the real JAX (CPU), which exports legacy "dltensor" capsules only.
+//!
+//! One test function: JAX must not be imported by two test threads at once (Python's import
+//! lock reports a deadlock when both import `jax.numpy` concurrently).
+
+mod common;
+
+use common::*;
+use pyo3::prelude::*;
+use rsdlpack::ElementType;
+use rsdlpack::layout::{CopyPolicy, IndexOrder, LayoutPlan, plan};
+
+#[test]
+fn every_jax_dtype_scalars_and_empty_arrays_arrive_zero_copy_as_legacy_tensors() {
+    let table = [
+        ("bool", ElementType::Bool),
+        ("int8", ElementType::Int8),
+        ("int16", ElementType::Int16),
+        ("int32", ElementType::Int32),
+        ("int64", ElementType::Int64),
+        ("uint8", ElementType::UInt8),
+        ("uint16", ElementType::UInt16),
+        ("uint32", ElementType::UInt32),
+        ("uint64", ElementType::UInt64),
+        ("float16", ElementType::Float16),
+        ("bfloat16", ElementType::BFloat16),
+        ("float32", ElementType::Float32),
+        ("float64", ElementType::Float64),
+        ("complex64", ElementType::ComplexF32),
+        ("complex128", ElementType::ComplexF64),
+        ("float8_e4m3fn", ElementType::RawBytes { code: 10, bits: 8 }),
+        ("float8_e5m2", ElementType::RawBytes { code: 12, bits: 8 }),
+    ];
+    Python::attach(|py| {
+        for (name, element) in table {
+            let array = run(
+                py,
+                &format!(
+                    "import jax\njax.config.update('jax_enable_x64', True)\nimport jax.numpy as jnp\n\
+                     result = jnp.arange(12).reshape(3, 4).astype(jnp.{name})\nresult.block_until_ready()"
+                ),
+            );
+            let address: usize = array
+                .call_method0("unsafe_buffer_pointer")
+                .unwrap()
+                .extract()
+                .unwrap();
+            let tensor = import_default(&array);
+            let d = tensor.descriptor();
+            assert_eq!(d.element, element, "{name}");
+            assert_eq!(d.first_element, address, "{name}: same memory");
+            assert_eq!(d.shape, vec![3, 4], "{name}");
+            assert!(d.version.is_none(), "{name}: JAX exports legacy capsules");
+            assert!(matches!(
+                plan(d, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+                LayoutPlan::View(_)
+            ));
+        }
+
+        let scalar = run(
+            py,
+            "import jax.numpy as jnp\nresult = jnp.float32(2.5) + jnp.zeros(())",
+        );
+        assert_eq!(import_default(&scalar).descriptor().ndim(), 0);
+        let empty = run(py, "import jax.numpy as jnp\nresult = jnp.zeros((0, 4))");
+        let tensor = import_default(&empty);
+        assert_eq!(
+            plan(tensor.descriptor(), IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+            LayoutPlan::Empty { dims: vec![0, 4] }
+        );
+    });
+}

@@ -1,0 +1,291 @@
+//! Import from the real NumPy (versioned capsules): zero-copy for every dtype and layout NumPy
+//! can express, flags, errors, and the producer's deleter running exactly once.
+
+mod common;
+
+use common::*;
+use pyo3::prelude::*;
+use rsdlpack::layout::{CopyPolicy, IndexOrder, LayoutPlan, plan};
+use rsdlpack::{DeviceKind, ElementType};
+use rsdlpack_python::request::StreamRequest;
+use rsdlpack_python::{BridgeError, ImportRequest, import};
+
+/// The numpy array's data address and its strides in elements.
+fn numpy_layout(array: &Bound<'_, PyAny>) -> (usize, Vec<i64>, Vec<i64>) {
+    let address: usize = array
+        .getattr("ctypes")
+        .unwrap()
+        .getattr("data")
+        .unwrap()
+        .extract()
+        .unwrap();
+    let shape: Vec<i64> = array.getattr("shape").unwrap().extract().unwrap();
+    let itemsize: i64 = array.getattr("itemsize").unwrap().extract().unwrap();
+    let byte_strides: Vec<i64> = array.getattr("strides").unwrap().extract().unwrap();
+    (
+        address,
+        shape,
+        byte_strides.iter().map(|s| s / itemsize).collect(),
+    )
+}
+
+#[test]
+fn every_numpy_dtype_arrives_zero_copy_with_its_element_type() {
+    let table = [
+        ("bool", ElementType::Bool),
+        ("int8", ElementType::Int8),
+        ("int16", ElementType::Int16),
+        ("int32", ElementType::Int32),
+        ("int64", ElementType::Int64),
+        ("uint8", ElementType::UInt8),
+        ("uint16", ElementType::UInt16),
+        ("uint32", ElementType::UInt32),
+        ("uint64", ElementType::UInt64),
+        ("float16", ElementType::Float16),
+        ("float32", ElementType::Float32),
+        ("float64", ElementType::Float64),
+        ("complex64", ElementType::ComplexF32),
+        ("complex128", ElementType::ComplexF64),
+    ];
+    Python::attach(|py| {
+        for (name, element) in table {
+            let array = run(
+                py,
+                &format!("result = np.arange(12).reshape(3, 4).astype('{name}')"),
+            );
+            let tensor = import_default(&array);
+            let (address, shape, strides) = numpy_layout(&array);
+            let d = tensor.descriptor();
+            assert_eq!(d.element, element, "{name}");
+            assert_eq!(d.first_element, address, "{name}: same memory");
+            assert_eq!(
+                (d.shape.clone(), d.strides.clone()),
+                (shape, strides),
+                "{name}"
+            );
+            assert_eq!(d.device.kind, DeviceKind::Cpu);
+            assert!(d.version.is_some(), "NumPy exports versioned capsules");
+        }
+    });
+}
+
+#[test]
+fn every_layout_numpy_can_make_is_a_zero_copy_view() {
+    let cases = [
+        ("0-d", "np.array(3.5)"),
+        ("C order", "np.arange(24.0).reshape(2, 3, 4)"),
+        (
+            "F order",
+            "np.asfortranarray(np.arange(24.0).reshape(2, 3, 4))",
+        ),
+        (
+            "transposed",
+            "np.arange(24.0).reshape(2, 3, 4).transpose(2, 0, 1)",
+        ),
+        ("stepped", "np.arange(120.0).reshape(6, 20)[::2, 1::3]"),
+        ("reversed", "np.arange(10.0)[::-1]"),
+        ("reversed 2-d", "np.arange(30.0).reshape(5, 6)[::-2, ::-1]"),
+        ("size-1 dims", "np.arange(6.0).reshape(1, 2, 1, 3, 1)"),
+        ("offset slice", "np.arange(100.0)[7:]"),
+        (
+            "sliced cube",
+            "np.arange(216.0).reshape(6, 6, 6)[:, ::4, ::4]",
+        ),
+        ("ndim 32", "np.arange(4.0).reshape((2, 2) + (1,) * 30)"),
+    ];
+    Python::attach(|py| {
+        for (name, expression) in cases {
+            let array = run(py, &format!("result = {expression}"));
+            let tensor = import_default(&array);
+            let (address, shape, strides) = numpy_layout(&array);
+            let d = tensor.descriptor();
+            assert_eq!(d.first_element, address, "{name}");
+            assert_eq!(d.shape, shape, "{name}");
+            for (k, (&s, &n)) in d.strides.iter().zip(&d.shape).enumerate() {
+                assert!(n <= 1 || s == strides[k], "{name}: stride {k}");
+            }
+            for order in [IndexOrder::Producer, IndexOrder::Reversed] {
+                let planned =
+                    plan(d, order, CopyPolicy::Never).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(
+                    matches!(planned, LayoutPlan::View(_)),
+                    "{name}: {planned:?}"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn empty_arrays_plan_as_empty() {
+    Python::attach(|py| {
+        let array = run(py, "result = np.zeros((0, 3), dtype=np.float32)");
+        let tensor = import_default(&array);
+        assert_eq!(
+            plan(tensor.descriptor(), IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+            LayoutPlan::Empty { dims: vec![0, 3] }
+        );
+    });
+}
+
+#[test]
+fn broadcast_arrays_need_a_copy_and_copy_false_says_so() {
+    Python::attach(|py| {
+        let array = run(py, "result = np.broadcast_to(np.arange(4.0), (3, 4))");
+        let tensor = import_default(&array);
+        assert_eq!(tensor.descriptor().strides, vec![0, 1]);
+        let err = plan(tensor.descriptor(), IndexOrder::Producer, CopyPolicy::Never).unwrap_err();
+        assert!(err.to_string().contains("zero stride"), "{err}");
+        assert!(matches!(
+            plan(
+                tensor.descriptor(),
+                IndexOrder::Producer,
+                CopyPolicy::IfNeeded
+            )
+            .unwrap(),
+            LayoutPlan::Copy { .. }
+        ));
+    });
+}
+
+#[test]
+fn read_only_arrays_arrive_read_only() {
+    Python::attach(|py| {
+        let array = run(
+            py,
+            "result = np.arange(4.0)\nresult.flags.writeable = False",
+        );
+        assert!(import_default(&array).descriptor().read_only);
+        let writable = run(py, "result = np.arange(4.0)");
+        assert!(!import_default(&writable).descriptor().read_only);
+    });
+}
+
+#[test]
+fn the_deleter_runs_exactly_once_on_drop_and_on_error_paths() {
+    Python::attach(|py| {
+        let array = run(py, "result = np.arange(6.0)");
+        let before = refcount(&array);
+        let tensor = import_default(&array);
+        assert!(
+            refcount(&array) > before,
+            "the capsule's manager holds the array"
+        );
+        drop(tensor);
+        assert_eq!(
+            refcount(&array),
+            before,
+            "released once, not zero or two times"
+        );
+
+        // Error after the capsule was taken: device mismatch is detected on our side.
+        let cpu = rsdlpack::Device::CPU;
+        let request = ImportRequest {
+            device: Some(cpu),
+            copy: Some(false),
+            stream: StreamRequest::Omitted,
+        };
+        let ok = import(&array, &request).unwrap();
+        drop(ok);
+        assert_eq!(refcount(&array), before);
+
+        // The producer refuses (CUDA from NumPy): nothing is leaked.
+        let cuda = rsdlpack::Device {
+            kind: DeviceKind::Cuda,
+            id: 0,
+        };
+        let request = ImportRequest {
+            device: Some(cuda),
+            ..ImportRequest::default()
+        };
+        let err = import(&array, &request)
+            .err()
+            .expect("NumPy cannot export to CUDA");
+        assert!(matches!(err, BridgeError::Producer { .. }), "{err}");
+        assert_eq!(refcount(&array), before);
+    });
+}
+
+#[test]
+fn capsules_are_consumed_once() {
+    Python::attach(|py| {
+        let array = run(py, "result = np.arange(3.0)");
+        let before = refcount(&array);
+        let capsule = array.call_method0("__dlpack__").unwrap();
+        let tensor = import_default(&capsule);
+        assert_eq!(tensor.descriptor().shape, vec![3]);
+        let again = import(&capsule, &ImportRequest::default())
+            .err()
+            .expect("second use");
+        assert!(matches!(again, BridgeError::ConsumedCapsule), "{again}");
+        assert!(again.to_string().contains("already consumed"));
+        drop(tensor);
+        drop(capsule);
+        assert_eq!(refcount(&array), before);
+
+        let unconsumed = array.call_method0("__dlpack__").unwrap();
+        drop(unconsumed);
+        assert_eq!(
+            refcount(&array),
+            before,
+            "NumPy frees its unconsumed capsule"
+        );
+    });
+}
+
+#[test]
+fn things_that_are_not_dlpack_are_refused_by_type_name() {
+    Python::attach(|py| {
+        let list = run(py, "result = [1, 2, 3]");
+        let err = import(&list, &ImportRequest::default()).err().unwrap();
+        assert!(err.to_string().contains("list"), "{err}");
+        let capsule = run(py, "import datetime\nresult = datetime.datetime_CAPI");
+        let err = import(&capsule, &ImportRequest::default()).err().unwrap();
+        assert!(err.to_string().contains("not a DLPack capsule"), "{err}");
+    });
+}
+
+#[test]
+fn copy_requests_reach_numpy() {
+    Python::attach(|py| {
+        let array = run(py, "result = np.arange(6.0)");
+        let (address, _, _) = numpy_layout(&array);
+        let copied = import(
+            &array,
+            &ImportRequest {
+                copy: Some(true),
+                ..ImportRequest::default()
+            },
+        )
+        .unwrap();
+        assert!(copied.descriptor().is_copied);
+        assert_ne!(copied.descriptor().first_element, address);
+        let shared = import(
+            &array,
+            &ImportRequest {
+                copy: Some(false),
+                ..ImportRequest::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(shared.descriptor().first_element, address);
+    });
+}
+
+#[test]
+fn producers_that_predate_max_version_are_asked_again_without_it() {
+    Python::attach(|py| {
+        let old = run(
+            py,
+            "class Old:\n    calls = []\n    def __init__(self, a): self.a = a\n    def __dlpack__(self, stream=None):\n        Old.calls.append(stream)\n        return self.a.__dlpack__()\n    def __dlpack_device__(self): return self.a.__dlpack_device__()\nresult = Old(np.arange(5.0))",
+        );
+        let tensor = import_default(&old);
+        assert_eq!(tensor.descriptor().shape, vec![5]);
+        assert!(
+            tensor.descriptor().version.is_none(),
+            "NumPy answers a bare __dlpack__() with a legacy capsule"
+        );
+        let calls: Vec<Option<i64>> = old.getattr("calls").unwrap().extract().unwrap();
+        assert_eq!(calls, vec![None], "called once more, without max_version");
+    });
+}
