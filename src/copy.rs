@@ -112,7 +112,7 @@ pub unsafe fn materialize(
     let (shape, strides) = ordered(descriptor, order);
     let runs = Runs::new(&shape, &strides);
     let out = buffer.as_mut_slice();
-    // SAFETY (all arms): forwarded from this function's contract; `out` holds exactly
+    // SAFETY: (all arms) forwarded from this function's contract; `out` holds exactly
     // `element_count × size` bytes.
     unsafe {
         match descriptor.element.size() {
@@ -288,9 +288,7 @@ mod tests {
             id: 0,
         };
         // SAFETY: refused before any read.
-        assert!(matches!(
-            unsafe { materialize(&d, IndexOrder::Producer) },
-            Err(Error::UnsupportedDevice { .. })
-        ));
+        let result = unsafe { materialize(&d, IndexOrder::Producer) };
+        assert!(matches!(result, Err(Error::UnsupportedDevice { .. })));
     }
 }

@@ -37,7 +37,7 @@ fn search(
     dead_ends: &mut HashSet<(usize, u64)>,
     out: &mut Vec<u64>,
 ) -> bool {
-    if links[j].stride % p != 0 {
+    if !links[j].stride.is_multiple_of(p) {
         return false;
     }
     out.push(p);
@@ -48,7 +48,7 @@ fn search(
         .checked_mul(links[j].stride)
         .and_then(|reach| reach.checked_add(p));
     let next = links[j + 1].stride;
-    if let Some(bound) = fits.filter(|_| next % p == 0) {
+    if let Some(bound) = fits.filter(|_| next.is_multiple_of(p)) {
         let quotient = next / p;
         let smallest = bound.div_ceil(p);
         for q in divisors_at_least(quotient, smallest) {
@@ -75,7 +75,7 @@ fn divisors_at_least(n: u64, at_least: u64) -> Vec<u64> {
     let mut large = Vec::new();
     let mut d = 1u64;
     while d * d <= n {
-        if n % d == 0 {
+        if n.is_multiple_of(d) {
             small.push(d);
             if d * d != n {
                 large.push(n / d);
