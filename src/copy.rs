@@ -69,7 +69,7 @@ impl AlignedBuffer {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`, and `&mut self` makes the access exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
@@ -93,27 +93,49 @@ pub unsafe fn materialize(
     descriptor: &TensorDescriptor,
     order: IndexOrder,
 ) -> Result<AlignedBuffer> {
+    let mut buffer = AlignedBuffer::zeroed(descriptor.dense_byte_size());
+    // SAFETY: forwarded from this function's contract; the buffer has the dense size.
+    unsafe { copy_into(descriptor, order, buffer.as_mut_slice()) }?;
+    Ok(buffer)
+}
+
+/// Copies the tensor's elements into `out` (column-major, dims in `order`), for example the
+/// memory of an `Array` that Julia just allocated. `out` must hold exactly
+/// [`TensorDescriptor::dense_byte_size`] bytes.
+///
+/// # Safety
+/// As [`materialize`].
+pub unsafe fn copy_into(
+    descriptor: &TensorDescriptor,
+    order: IndexOrder,
+    out: &mut [u8],
+) -> Result<()> {
     if !descriptor.device.kind.host_accessible() {
         return Err(Error::UnsupportedDevice {
             device: descriptor.device.to_dlpack(),
             hint: " or copy it on the device first",
         });
     }
-    let mut buffer = AlignedBuffer::zeroed(descriptor.dense_byte_size());
-    if buffer.is_empty() {
-        return Ok(buffer);
+    let needed = descriptor.dense_byte_size();
+    if out.len() != needed {
+        return Err(Error::Export(format!(
+            "the copy destination holds {} bytes but the tensor needs {needed}",
+            out.len()
+        )));
+    }
+    if out.is_empty() {
+        return Ok(());
     }
     let source = descriptor.first_element as *const u8;
     if let ElementType::PackedBits { .. } = descriptor.element {
         // SAFETY: validation guaranteed a compact layout of exactly this many bytes.
-        unsafe { std::ptr::copy_nonoverlapping(source, buffer.as_ptr(), buffer.len()) };
-        return Ok(buffer);
+        unsafe { std::ptr::copy_nonoverlapping(source, out.as_mut_ptr(), out.len()) };
+        return Ok(());
     }
     let (shape, strides) = ordered(descriptor, order);
     let runs = Runs::new(&shape, &strides);
-    let out = buffer.as_mut_slice();
     // SAFETY: (all arms) forwarded from this function's contract; `out` holds exactly
-    // `element_count × size` bytes.
+    // `element_count × size` bytes (checked above).
     unsafe {
         match descriptor.element.size() {
             1 => runs.copy::<1>(source, out),
@@ -124,7 +146,7 @@ pub unsafe fn materialize(
             other => unreachable!("no element type is {other} bytes"),
         }
     }
-    Ok(buffer)
+    Ok(())
 }
 
 /// The tensor seen as runs along its first (result-order) dimension.
@@ -278,6 +300,20 @@ mod tests {
             as_u32(&buffer),
             naive(&source, 0, &[cols, rows], &[1, cols])
         );
+    }
+
+    #[test]
+    fn copy_into_checks_the_destination_size() {
+        let source = [1u32, 2, 3];
+        let d = descriptor(source.as_ptr() as usize, &[3], &[1], ElementType::UInt32);
+        let mut short = [0u8; 8];
+        // SAFETY: refused before any read.
+        let result = unsafe { copy_into(&d, IndexOrder::Producer, &mut short) };
+        assert!(matches!(result, Err(Error::Export(_))));
+        let mut exact = [0u8; 12];
+        // SAFETY: the descriptor addresses `source`.
+        unsafe { copy_into(&d, IndexOrder::Producer, &mut exact) }.unwrap();
+        assert_eq!(exact[4..8], 2u32.to_ne_bytes());
     }
 
     #[test]

@@ -98,6 +98,22 @@ pub enum Error {
     Export(String),
 }
 
+impl Error {
+    /// Whether this is one of the DLPack specification's `BufferError` cases: the tensor cannot
+    /// be exchanged as asked (layout, dtype, device, read-only, or a copy that is forbidden),
+    /// as opposed to input that is simply invalid.
+    pub fn is_exchange_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::CopyRequired { .. }
+                | Self::UnsupportedDevice { .. }
+                | Self::Export(_)
+                | Self::ReadOnly
+                | Self::VectorDtype { .. }
+        )
+    }
+}
+
 /// `Result` with the core's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 

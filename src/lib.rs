@@ -27,7 +27,7 @@ pub use dtype::ElementType;
 pub use error::{Error, Result};
 pub use export::ExportSpec;
 pub use imported::{ImportedTensor, ManagedTensor};
-pub use layout::{CopyPolicy, IndexOrder, LayoutPlan, ViewPlan};
+pub use layout::{Access, CopyPolicy, IndexOrder, LayoutPlan, ViewPlan};
 
 /// Re-exported so that the bridges name the same DLPack types.
 pub use dlpark;

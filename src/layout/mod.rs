@@ -43,6 +43,38 @@ pub enum CopyPolicy {
     Always,
 }
 
+impl CopyPolicy {
+    /// The policy once the tensor is known: a tensor the producer already copied for us
+    /// (`IS_COPIED`) satisfies `copy=true` without a second copy.
+    pub fn given(self, is_copied: bool) -> Self {
+        if self == Self::Always && is_copied {
+            Self::IfNeeded
+        } else {
+            self
+        }
+    }
+}
+
+/// Whether the caller will write to the array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Writable,
+    ReadOnly,
+}
+
+/// Refuses a writable zero-copy view of a read-only tensor. A copy is always writable.
+pub fn check_access(
+    descriptor: &TensorDescriptor,
+    access: Access,
+    plan: &LayoutPlan,
+) -> Result<()> {
+    let shares_memory = matches!(plan, LayoutPlan::View(_));
+    if descriptor.read_only && access == Access::Writable && shares_memory {
+        return Err(Error::ReadOnly);
+    }
+    Ok(())
+}
+
 /// One range of a `view`, in Julia's 1-based terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DimRange {

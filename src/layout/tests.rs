@@ -227,3 +227,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn read_only_tensors_refuse_writable_views_but_not_copies() {
+    let mut d = descriptor(&[3], &[1], ElementType::Float32);
+    d.read_only = true;
+    let view = plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap();
+    assert!(matches!(
+        check_access(&d, Access::Writable, &view),
+        Err(Error::ReadOnly)
+    ));
+    assert!(check_access(&d, Access::ReadOnly, &view).is_ok());
+    let copy = plan(&d, IndexOrder::Producer, CopyPolicy::Always).unwrap();
+    assert!(check_access(&d, Access::Writable, &copy).is_ok());
+}
+
+#[test]
+fn a_producer_copy_satisfies_copy_true() {
+    assert_eq!(CopyPolicy::Always.given(true), CopyPolicy::IfNeeded);
+    assert_eq!(CopyPolicy::Always.given(false), CopyPolicy::Always);
+    assert_eq!(CopyPolicy::Never.given(true), CopyPolicy::Never);
+}

@@ -49,7 +49,7 @@ pub enum ErrorCode {
 impl BridgeError {
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Core(core) if is_buffer_error(core) => ErrorCode::Buffer,
+            Self::Core(core) if core.is_exchange_refusal() => ErrorCode::Buffer,
             Self::Core(_) | Self::Argument(_) | Self::ConsumedCapsule => ErrorCode::Invalid,
             Self::Buffer(_) => ErrorCode::Buffer,
             Self::NotDlpack { .. } => ErrorCode::NotDlpack,
@@ -64,19 +64,6 @@ impl BridgeError {
             message: err.to_string(),
         }
     }
-}
-
-/// The spec's BufferError cases: cannot export (layout, dtype, device) or copy=False impossible.
-fn is_buffer_error(error: &rsdlpack::Error) -> bool {
-    use rsdlpack::Error as E;
-    matches!(
-        error,
-        E::CopyRequired { .. }
-            | E::UnsupportedDevice { .. }
-            | E::Export(_)
-            | E::ReadOnly
-            | E::VectorDtype { .. }
-    )
 }
 
 impl From<BridgeError> for PyErr {

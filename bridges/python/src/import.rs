@@ -41,14 +41,17 @@ impl Default for ImportRequest {
 /// before an error is returned.
 pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResult<ImportedTensor> {
     if capsule::is_capsule(object) {
-        if *request != ImportRequest::default() {
-            return Err(BridgeError::Argument(
-                "a bare DLPack capsule cannot negotiate stream, dl_device or copy; pass the \
-                 tensor object itself instead"
+        // A capsule was made before we could ask for anything: check what it holds instead.
+        let tensor = ImportedTensor::new(capsule::consume(object)?)?;
+        let on_device = !tensor.descriptor().device.kind.host_accessible();
+        if on_device && request.stream != StreamRequest::Omitted {
+            return Err(BridgeError::Buffer(
+                "a bare DLPack capsule cannot order its data on the consumer's stream; pass the \
+                 tensor object itself so that __dlpack__(stream=...) can"
                     .into(),
             ));
         }
-        return Ok(ImportedTensor::new(capsule::consume(object)?)?);
+        return check_result(tensor, "the capsule", request.device, request.copy);
     }
     let type_name = object
         .get_type()
@@ -63,16 +66,31 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
 
     let tensor_capsule = call_dlpack(object, &type_name, request, producer_device)?;
     let tensor = ImportedTensor::new(capsule::consume(&tensor_capsule)?)?;
+    check_result(
+        tensor,
+        &format!("{type_name}.__dlpack__"),
+        wanted_device,
+        request.copy,
+    )
+}
 
+/// What the producer could not be asked (or ignored) is checked on the result; on error the
+/// tensor is dropped here, so its deleter runs.
+fn check_result(
+    tensor: ImportedTensor,
+    source: &str,
+    wanted_device: Option<Device>,
+    copy: Option<bool>,
+) -> BridgeResult<ImportedTensor> {
     let found = tensor.descriptor().device;
     if let Some(wanted) = wanted_device.filter(|&w| w != found) {
         return Err(BridgeError::Buffer(format!(
-            "{type_name}.__dlpack__ returned a tensor on device {found:?}, not the requested {wanted:?}"
+            "{source} holds a tensor on device {found:?}, not the requested {wanted:?}"
         )));
     }
-    if request.copy == Some(false) && tensor.descriptor().is_copied {
+    if copy == Some(false) && tensor.descriptor().is_copied {
         return Err(BridgeError::Buffer(format!(
-            "copy=false was requested but {type_name}.__dlpack__ returned a copy (IS_COPIED)"
+            "copy=false was requested but {source} holds a copy (IS_COPIED)"
         )));
     }
     Ok(tensor)

@@ -223,6 +223,35 @@ fn capsules_are_consumed_once() {
         drop(capsule);
         assert_eq!(refcount(&array), before);
 
+        // Requests a capsule cannot negotiate are checked against what it holds.
+        let cuda = rsdlpack::Device {
+            kind: DeviceKind::Cuda,
+            id: 0,
+        };
+        let wrong_device = array.call_method0("__dlpack__").unwrap();
+        let err = import(
+            &wrong_device,
+            &ImportRequest {
+                device: Some(cuda),
+                ..ImportRequest::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(err, BridgeError::Buffer(_)), "{err}");
+        let cpu = ImportRequest {
+            device: Some(rsdlpack::Device::CPU),
+            copy: Some(true),
+            ..ImportRequest::default()
+        };
+        let right_device = array.call_method0("__dlpack__").unwrap();
+        assert_eq!(
+            import(&right_device, &cpu).unwrap().descriptor().shape,
+            vec![3]
+        );
+        drop((wrong_device, right_device));
+        assert_eq!(refcount(&array), before, "released on the error path too");
+
         let unconsumed = array.call_method0("__dlpack__").unwrap();
         drop(unconsumed);
         assert_eq!(

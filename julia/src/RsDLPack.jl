@@ -1,0 +1,29 @@
+"""
+    RsDLPack
+
+Zero-copy exchange of arrays between Julia and Python array libraries (PyTorch, NumPy, JAX,
+CuPy) over DLPack 1.x, through PyCall or PythonCall.
+
+- [`from_dlpack`](@ref): a Python tensor (or DLPack capsule) as a Julia array over the same memory;
+- [`share`](@ref): a Julia array handed to a Python consumer such as `torch.from_dlpack`;
+- [`unsafe_free!`](@ref): release an imported tensor now instead of at garbage collection;
+- [`flush_releases`](@ref): run Python deleters that were deferred to a thread holding the GIL.
+
+The decisions (validation, layout, ownership, copies) are made in Rust; this package composes
+Julia arrays from the answers. Load PyCall or PythonCall to activate the Python side, and
+CUDA for `CuArray`s.
+"""
+module RsDLPack
+
+export from_dlpack, share, unsafe_free!, flush_releases, DLPackError, ReadOnlyArray
+
+include("errors.jl")
+include("library.jl")
+include("eltypes.jl")
+include("readonly.jl")
+include("python_bridge.jl")
+include("arrays.jl")
+include("import.jl")
+include("share.jl")
+
+end # module

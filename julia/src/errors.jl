@@ -1,0 +1,31 @@
+# The package's one exception type. Messages come from the Rust core, unchanged.
+
+"""
+    DLPackError(kind, message)
+
+Raised when a tensor cannot be exchanged. `kind` is one of `:invalid` (bad input or options),
+`:buffer` (the tensor cannot be exchanged as asked, e.g. `copy=false` but a copy is needed),
+`:not_dlpack` (the object does not speak DLPack), `:producer` (the Python producer raised),
+`:internal` (a bug in RsDLPack; please report it).
+"""
+struct DLPackError <: Exception
+    kind::Symbol
+    message::String
+end
+
+Base.showerror(io::IO, e::DLPackError) = print(io, "DLPackError (", e.kind, "): ", e.message)
+
+# The Python bridge's return codes (bridges/python/src/error.rs, ErrorCode).
+const ERROR_KINDS = Dict{Int32,Symbol}(1 => :invalid, 2 => :buffer, 3 => :not_dlpack, 4 => :producer, 99 => :internal)
+
+error_kind(code::Integer) = get(ERROR_KINDS, Int32(code), :internal)
+
+# Runs `f`, turning the Rust bridge's exceptions (JlrsCore.JlrsError) into DLPackError.
+function rethrowing_native(f)
+    try
+        return f()
+    catch e
+        e isa JlrsCore.JlrsError && throw(DLPackError(:invalid, e.msg))
+        rethrow()
+    end
+end

@@ -1,0 +1,20 @@
+"""
+    ReadOnlyArray(A)
+
+A view of `A` that refuses writes. `from_dlpack(...; readonly=true)` returns one when the
+producer marked the tensor read-only (DLPack's READ_ONLY flag, e.g. a non-writeable NumPy
+array), and `share` exports one as read-only.
+"""
+struct ReadOnlyArray{T,N,A<:AbstractArray{T,N}} <: AbstractArray{T,N}
+    parent::A
+end
+
+Base.parent(R::ReadOnlyArray) = R.parent
+Base.size(R::ReadOnlyArray) = size(R.parent)
+Base.IndexStyle(::Type{<:ReadOnlyArray{T,N,A}}) where {T,N,A} = IndexStyle(A)
+Base.@propagate_inbounds Base.getindex(R::ReadOnlyArray, i::Int...) = R.parent[i...]
+Base.@propagate_inbounds Base.getindex(R::ReadOnlyArray, i::Int) = R.parent[i]
+Base.setindex!(::ReadOnlyArray, _, ::Int...) = throw(ReadOnlyMemoryError())
+Base.strides(R::ReadOnlyArray) = strides(R.parent)
+Base.elsize(::Type{<:ReadOnlyArray{T,N,A}}) where {T,N,A} = Base.elsize(A)
+Base.unsafe_convert(::Type{Ptr{T}}, R::ReadOnlyArray{T}) where {T} = Base.unsafe_convert(Ptr{T}, R.parent)
