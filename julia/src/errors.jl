@@ -20,12 +20,18 @@ const ERROR_KINDS = Dict{Int32,Symbol}(1 => :invalid, 2 => :buffer, 3 => :not_dl
 
 error_kind(code::Integer) = get(ERROR_KINDS, Int32(code), :internal)
 
-# Runs `f`, turning the Rust bridge's exceptions (JlrsCore.JlrsError) into DLPackError.
+# The jlrs bridge reports core errors as "[kind] message" (bridges/julia/src/imported.rs).
+function native_error(message::AbstractString)
+    m = match(r"^\[(buffer|invalid)\] (.*)$"s, message)
+    return m === nothing ? DLPackError(:invalid, message) : DLPackError(Symbol(m[1]), m[2])
+end
+
+# Runs `f`, turning the jlrs bridge's exceptions (JlrsCore.JlrsError) into DLPackError.
 function rethrowing_native(f)
     try
         return f()
     catch e
-        e isa JlrsCore.JlrsError && throw(DLPackError(:invalid, e.msg))
+        e isa JlrsCore.JlrsError && throw(native_error(e.msg))
         rethrow()
     end
 end

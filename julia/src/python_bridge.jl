@@ -96,3 +96,7 @@ function flush_releases()
     PYTHON_BRIDGE[] == C_NULL && return 0
     return Int(ccall(python_symbol(:rsdlpack_py_flush_releases), Csize_t, ()))
 end
+
+"How many Python-produced tensors wait for `flush_releases` (released off the GIL)."
+pending_releases() =
+    PYTHON_BRIDGE[] == C_NULL ? 0 : Int(ccall(python_symbol(:rsdlpack_py_pending_releases), Csize_t, ()))

@@ -1,0 +1,23 @@
+# PyCall's objects for RsDLPack: a PyObject is a borrowed PyObject* going in, and a new
+# reference coming back is owned by a fresh PyObject. Nothing else lives here.
+module RsDLPackPyCallExt
+
+using PyCall: PyCall, PyObject, PyPtr
+import RsDLPack
+
+pointer_of(o::PyObject) = Ptr{Cvoid}(PyPtr(o))
+object_of(p::Ptr{Cvoid}) = PyObject(PyPtr(p))  # steals the new reference
+call(f::PyObject, x::PyObject) = PyCall.pycall(f, PyObject, x)  # no conversion of the result
+
+RsDLPack.from_dlpack(::Type{T}, o::PyObject; kwargs...) where {T<:AbstractArray} =
+    RsDLPack.import_dlpack(pointer_of, T, o; kwargs...)
+RsDLPack.from_dlpack(o::PyObject; kwargs...) = RsDLPack.from_dlpack(Array, o; kwargs...)
+
+RsDLPack.share(A::AbstractArray, consumer::Union{PyObject,Type{PyObject}}; kwargs...) =
+    RsDLPack.share_array(object_of, call, A, consumer; kwargs...)
+
+function __init__()
+    RsDLPack.load_python_bridge!()
+end
+
+end # module

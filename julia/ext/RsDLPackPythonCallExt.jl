@@ -1,0 +1,22 @@
+# PythonCall's objects for RsDLPack: `getptr` lends the PyObject*, `pynew` takes ownership of
+# a new reference. Nothing else lives here.
+module RsDLPackPythonCallExt
+
+using PythonCall: PythonCall, Py
+import RsDLPack
+
+pointer_of(o::Py) = Ptr{Cvoid}(PythonCall.getptr(o))
+object_of(p::Ptr{Cvoid}) = PythonCall.pynew(PythonCall.C.PyPtr(p))  # steals the new reference
+
+RsDLPack.from_dlpack(::Type{T}, o::Py; kwargs...) where {T<:AbstractArray} =
+    RsDLPack.import_dlpack(pointer_of, T, o; kwargs...)
+RsDLPack.from_dlpack(o::Py; kwargs...) = RsDLPack.from_dlpack(Array, o; kwargs...)
+
+RsDLPack.share(A::AbstractArray, consumer::Union{Py,Type{Py}}; kwargs...) =
+    RsDLPack.share_array(object_of, (f, x) -> f(x), A, consumer; kwargs...)
+
+function __init__()
+    RsDLPack.load_python_bridge!()
+end
+
+end # module

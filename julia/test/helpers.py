@@ -1,0 +1,96 @@
+"""Python-side helpers for test/runtests.jl: everything the Julia tests ask of Python goes
+through these functions, so that the PyCall and PythonCall runs execute the same code."""
+
+import gc
+import importlib
+import sys
+
+import numpy as np
+
+
+def has(module):
+    try:
+        importlib.import_module(module)
+        return True
+    except Exception:
+        return False
+
+
+def make(expression):
+    scope = {"np": np}
+    if "jnp" in expression or "jax" in expression:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+
+        scope.update(jax=jax, jnp=jnp)
+    if "torch" in expression:
+        import torch
+
+        scope["torch"] = torch
+    return eval(expression, scope)
+
+
+def address(a):
+    if hasattr(a, "data_ptr"):
+        return a.data_ptr()
+    if hasattr(a, "unsafe_buffer_pointer"):
+        return a.unsafe_buffer_pointer()
+    return a.ctypes.data
+
+
+def shape(a):
+    return list(a.shape)
+
+
+def flat(a):
+    """Row-major values, as complex numbers (so every dtype compares in Julia)."""
+    if hasattr(a, "cpu"):
+        a = a.cpu().numpy()
+    return [complex(x) for x in np.asarray(a).astype(np.complex128).ravel().tolist()]
+
+
+def getitem(a, index):
+    return complex(a[tuple(index)])
+
+
+def writeable(a):
+    return bool(a.flags.writeable)
+
+
+def read_only(a):
+    a.flags.writeable = False
+    return a
+
+
+def capsule(a):
+    return a.__dlpack__()
+
+
+def refcount(o):
+    return sys.getrefcount(o)
+
+
+def collect():
+    gc.collect()
+
+
+def np_from_dlpack(x):
+    return np.from_dlpack(x)
+
+
+def jax_from_dlpack(x):
+    import jax.dlpack
+
+    return jax.dlpack.from_dlpack(x)
+
+
+def torch_from_dlpack(x):
+    import torch
+
+    return torch.from_dlpack(x)
+
+
+def dlpack_device(x):
+    return list(x.__dlpack_device__())

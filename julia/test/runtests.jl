@@ -1,0 +1,284 @@
+# RsDLPack's Julia test suite: the Rust tests' cases, through PyCall and PythonCall, against
+# NumPy (and JAX and PyTorch when installed). Runs as-is wherever `julia` is:
+#
+#     RSDLPACK_TEST_PYTHON=/path/to/python-with-numpy julia --project=julia -e 'using Pkg; Pkg.build(); Pkg.test()'
+#
+# RSDLPACK_TEST_PYTHON points both front-ends at one interpreter (PythonCall without CondaPkg;
+# PyCall needs `Pkg.build("PyCall")` after ENV["PYTHON"] changes). Each front-end runs in its
+# own process (RSDLPACK_TEST_FRONTEND=PyCall or PythonCall selects one).
+
+using Test
+using RsDLPack
+using RsDLPack: DLPackError, ReadOnlyArray
+
+const TEST_PYTHON = get(ENV, "RSDLPACK_TEST_PYTHON", nothing)
+if TEST_PYTHON !== nothing
+    ENV["JULIA_CONDAPKG_BACKEND"] = "Null"
+    ENV["JULIA_PYTHONCALL_EXE"] = TEST_PYTHON
+    ENV["PYTHON"] = TEST_PYTHON
+end
+const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
+
+@testset "Julia side, no Python" begin
+    @testset "element types" begin
+        for (i, T) in enumerate(RsDLPack.ELEMENT_TYPES)
+            @test RsDLPack.element_type(i - 1) === T
+        end
+        @test RsDLPack.element_code(Float32) == 11
+        @test RsDLPack.element_code(ComplexF64) == 14
+        @test RsDLPack.element_code(UInt16) == 6
+        err = try RsDLPack.element_code(String); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("String", err.message)
+    end
+    @testset "codes and messages" begin
+        @test RsDLPack.index_order_code(:producer) == 0x00
+        @test RsDLPack.index_order_code(:reversed) == 0x01
+        @test_throws ArgumentError RsDLPack.index_order_code(:sideways)
+        @test RsDLPack.copy_code(nothing) == -1 && RsDLPack.copy_code(true) == 1 && RsDLPack.copy_code(false) == 0
+        e = RsDLPack.native_error("[buffer] a zero-copy view is impossible")
+        @test e.kind == :buffer && e.message == "a zero-copy view is impossible"
+        @test RsDLPack.native_error("plain").kind == :invalid
+        @test RsDLPack.error_kind(2) == :buffer && RsDLPack.error_kind(77) == :internal
+        @test sprint(showerror, DLPackError(:invalid, "x")) == "DLPackError (invalid): x"
+        o = RsDLPack.ImportOptions(; stream=5, device=(2, 1), copy=false)
+        @test (o.has_stream, o.stream, o.has_device, o.device_type, o.device_id, o.copy) == (1, 5, 1, 2, 1, 0)
+        @test RsDLPack.ImportOptions().copy == -1
+    end
+    @testset "ReadOnlyArray" begin
+        R = ReadOnlyArray([1 2; 3 4])
+        @test R[2, 1] == 3 && size(R) == (2, 2) && strides(R) == (1, 2)
+        @test_throws ReadOnlyMemoryError (R[1, 1] = 0)
+    end
+    @testset "the native library loads" begin
+        @test isfile(RsDLPack.native_library_path())
+        @test RsDLPack.Native.next_released_root() == 0
+    end
+end
+
+# One process per front-end: PyCall and PythonCall each load Python their own way.
+if FRONTEND === nothing
+    for frontend in ("PythonCall", "PyCall")
+        cmd = addenv(`$(Base.julia_cmd()) --project=$(Base.active_project()) $(@__FILE__)`,
+                     "RSDLPACK_TEST_FRONTEND" => frontend)
+        @testset "$frontend" begin
+            @test success(pipeline(cmd; stdout, stderr))
+        end
+    end
+    exit()
+end
+
+if FRONTEND == "PyCall"
+    using PyCall
+    const PyT = PyCall.PyObject
+    pyimport_(name) = PyCall.pyimport(name)
+    pycall_(f, args...) = PyCall.pycall(f, PyCall.PyObject, args...)
+    tojl(T, x) = convert(T, x)
+    sys_path_insert(dir) = pushfirst!(PyCall.PyVector(PyCall.pyimport("sys")."path"), dir)
+else
+    using PythonCall
+    const PyT = PythonCall.Py
+    pyimport_(name) = PythonCall.pyimport(name)
+    pycall_(f, args...) = f(args...)
+    tojl(T, x) = PythonCall.pyconvert(T, x)
+    sys_path_insert(dir) = PythonCall.pyimport("sys").path.insert(0, dir)
+end
+
+sys_path_insert(@__DIR__)
+const H = pyimport_("helpers")
+fn(name) = getproperty(H, Symbol(name))
+py(name, args...) = pycall_(fn(name), args...)
+jl(T, name, args...) = tojl(T, py(name, args...))
+make(expression) = py("make", expression)
+address(a) = UInt(jl(Int, "address", a))
+refcount(o) = jl(Int, "refcount", o)
+
+"The Julia array with the tensor's values and indices (row-major values reshaped)."
+function expected(a, ::Type{T}) where {T}
+    dims = Tuple(jl(Vector{Int}, "shape", a))
+    values = jl(Vector{ComplexF64}, "flat", a)
+    length(dims) == 0 && return fill(convert(T, real(values[1])))
+    conv(z) = T <: Complex ? T(z) : T(real(z))
+    return permutedims(reshape(conv.(values), reverse(dims)), reverse(1:length(dims)))
+end
+
+const DTYPES = [("bool", Bool), ("int8", Int8), ("int16", Int16), ("int32", Int32),
+                ("int64", Int64), ("uint8", UInt8), ("uint16", UInt16), ("uint32", UInt32),
+                ("uint64", UInt64), ("float16", Float16), ("float32", Float32),
+                ("float64", Float64), ("complex64", ComplexF32), ("complex128", ComplexF64)]
+
+const LAYOUTS = [("0-d", "np.array(3.5)"),
+                 ("C order", "np.arange(24.0).reshape(2, 3, 4)"),
+                 ("F order", "np.asfortranarray(np.arange(24.0).reshape(2, 3, 4))"),
+                 ("transposed", "np.arange(24.0).reshape(2, 3, 4).transpose(2, 0, 1)"),
+                 ("stepped", "np.arange(120.0).reshape(6, 20)[::2, 1::3]"),
+                 ("reversed", "np.arange(10.0)[::-1]"),
+                 ("reversed 2-d", "np.arange(30.0).reshape(5, 6)[::-2, ::-1]"),
+                 ("size-1 dims", "np.arange(6.0).reshape(1, 2, 1, 3, 1)"),
+                 ("offset slice", "np.arange(100.0)[7:]"),
+                 ("sliced cube", "np.arange(216.0).reshape(6, 6, 6)[:, ::4, ::4]"),
+                 ("ndim 32", "np.arange(4.0).reshape((2, 2) + (1,) * 30)")]
+
+@testset "$FRONTEND with NumPy" begin
+    @testset "every dtype arrives zero-copy" begin
+        for (name, T) in DTYPES
+            a = make("np.arange(12).reshape(3, 4).astype('$name')")
+            A = from_dlpack(a)
+            @test eltype(A) === T
+            @test size(A) == (3, 4)
+            @test UInt(pointer(A)) == address(a)
+            @test A == expected(a, T)
+        end
+    end
+
+    @testset "every layout is a view with the producer's indices" begin
+        for (name, expression) in LAYOUTS
+            a = make(expression)
+            A = from_dlpack(a)
+            @test size(A) == Tuple(jl(Vector{Int}, "shape", a))
+            @test A == expected(a, Float64)
+            @test UInt(pointer(A)) == address(a)
+        end
+        a = make("np.arange(6.0).reshape(2, 3)")
+        R = from_dlpack(a; order=:reversed)
+        @test R isa Matrix{Float64} && size(R) == (3, 2) && R[3, 1] == 2.0
+        A = from_dlpack(a)
+        A[1, 3] = 42.0
+        @test jl(ComplexF64, "getitem", a, (0, 2)) == 42.0  # the same memory
+    end
+
+    @testset "empty arrays and copies" begin
+        E = from_dlpack(make("np.zeros((0, 3), dtype=np.float32)"))
+        @test E isa Matrix{Float32} && size(E) == (0, 3)
+        b = make("np.broadcast_to(np.arange(4.0), (3, 4))")
+        err = try from_dlpack(b; copy=false); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("zero stride", err.message)
+        B = from_dlpack(b)
+        @test B isa Matrix{Float64} && B == expected(b, Float64)
+        a = make("np.arange(6.0)")
+        C = from_dlpack(a; copy=true)
+        @test C == expected(a, Float64) && UInt(pointer(C)) != address(a)
+        @test_throws ArgumentError RsDLPack.unsafe_free!(C)
+    end
+
+    @testset "read-only tensors" begin
+        a = py("read_only", make("np.arange(4.0)"))
+        err = try from_dlpack(a); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("read-only", err.message)
+        R = from_dlpack(a; readonly=true)
+        @test R isa ReadOnlyArray && R == [0.0, 1.0, 2.0, 3.0]
+        @test_throws ReadOnlyMemoryError (R[1] = 1.0)
+        C = from_dlpack(a; copy=true)
+        C[1] = 5.0
+        @test C[1] == 5.0
+    end
+
+    @testset "the producer's deleter runs once" begin
+        a = make("np.arange(6.0)")
+        before = refcount(a)
+        A = from_dlpack(a)
+        @test refcount(a) > before
+        RsDLPack.unsafe_free!(A)
+        flush_releases()
+        @test refcount(a) == before
+        let B = from_dlpack(a)
+            @test refcount(a) > before
+        end
+        GC.gc(); GC.gc()
+        flush_releases()
+        @test refcount(a) == before
+        err = try from_dlpack(a; copy=false, order=:sideways); nothing catch e; e end
+        @test err isa ArgumentError
+        @test refcount(a) == before
+    end
+
+    @testset "capsules and non-DLPack objects" begin
+        a = make("np.arange(3.0)")
+        c = py("capsule", a)
+        @test from_dlpack(c) == [0.0, 1.0, 2.0]
+        err = try from_dlpack(c); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :invalid && occursin("already consumed", err.message)
+        err = try from_dlpack(make("[1, 2, 3]")); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :not_dlpack && occursin("list", err.message)
+    end
+
+    @testset "share" begin
+        before = RsDLPack.rooted_count()
+        M = Float32.(reshape(0:5, 2, 3))
+        n = share(M, fn("np_from_dlpack"))
+        @test address(n) == UInt(pointer(M))
+        @test jl(Vector{Int}, "shape", n) == [2, 3]
+        @test expected(n, Float32) == M
+        @test RsDLPack.rooted_count() == before + 1
+        M[2, 3] = 7
+        @test jl(ComplexF64, "getitem", n, (1, 2)) == 7
+        n = nothing
+        GC.gc(); py("collect"); GC.gc()
+        flush_releases()
+        @test RsDLPack.rooted_count() == before
+
+        V = view(reshape(Float64.(1:24), 4, 6), 1:2:4, 6:-2:1)
+        @test expected(share(V, fn("np_from_dlpack")), Float64) == V
+        P = PermutedDimsArray(reshape(Int32.(1:24), 2, 3, 4), (3, 1, 2))
+        @test expected(share(P, fn("np_from_dlpack")), Int32) == P
+        r = share(M, fn("np_from_dlpack"); order=:reversed)
+        @test jl(Vector{Int}, "shape", r) == [3, 2]
+        ro = share(ReadOnlyArray(M), fn("np_from_dlpack"))
+        @test jl(Bool, "writeable", ro) == false
+        exporter = share(M, PyT)
+        @test jl(Vector{Int}, "dlpack_device", exporter) == [1, 0]
+        err = try share(1:5, fn("np_from_dlpack")); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer
+        err = try share(["a"], fn("np_from_dlpack")); nothing catch e; e end
+        @test err isa DLPackError && occursin("String", err.message)
+    end
+
+    @testset "round trip keeps the address" begin
+        a = make("np.arange(12.0).reshape(3, 4)[:, ::2]")
+        A = from_dlpack(a)
+        n = share(A, fn("np_from_dlpack"))
+        @test address(n) == address(a)
+        @test expected(n, Float64) == expected(a, Float64)
+    end
+
+    @testset "releases off the Python thread are deferred" begin
+        if Threads.nthreads() > 1
+            a = make("np.arange(5.0)")
+            before = refcount(a)
+            A = from_dlpack(a)
+            fetch(Threads.@spawn RsDLPack.unsafe_free!(A))
+            @test RsDLPack.pending_releases() >= 1
+            @test flush_releases() >= 1
+            @test refcount(a) == before
+        else
+            @info "releases off the Python thread: start julia with --threads=2 to test"
+        end
+    end
+end
+
+if jl(Bool, "has", "jax")
+    @testset "$FRONTEND with JAX" begin
+        x = make("jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4)")
+        X = from_dlpack(x)
+        @test size(X) == (3, 4) && UInt(pointer(X)) == address(x)
+        @test X == expected(x, Float32)
+        b = from_dlpack(make("jnp.arange(4, dtype=jnp.bfloat16)"))
+        @test eltype(b) === RsDLPack.BFLOAT16
+        @test reinterpret(UInt16, collect(b))[2] == 0x3f80  # bfloat16(1.0)
+        M = zeros(Float32, 64, 64)  # large enough for Julia's 64-byte alignment
+        M[3, 5] = 1
+        j = share(M, fn("jax_from_dlpack"))
+        @test address(j) == UInt(pointer(M))
+        @test expected(j, Float32) == M
+    end
+end
+
+if jl(Bool, "has", "torch")
+    @testset "$FRONTEND with PyTorch" begin
+        t = make("torch.arange(6).reshape(2, 3)")
+        T = from_dlpack(t)
+        @test size(T) == (2, 3) && T[2, 1] == 3 && UInt(pointer(T)) == address(t)
+        M = Float32.(reshape(1:6, 2, 3))
+        u = share(M, fn("torch_from_dlpack"))
+        @test address(u) == UInt(pointer(M)) && expected(u, Float32) == M
+    end
+end
