@@ -161,6 +161,16 @@ impl TensorDescriptor {
         })
     }
 
+    /// Lowest and highest (exclusive) byte offsets from the first element that the tensor
+    /// touches; `(0, 0)` when it is empty.
+    pub fn byte_span(&self) -> (i64, i64) {
+        let elements = self.element_count();
+        if elements == 0 {
+            return (0, 0);
+        }
+        byte_extent(&self.shape, &self.strides, self.element, elements).expect("validated extent")
+    }
+
     /// Bytes the elements occupy when packed densely (packed sub-byte types: rounded up).
     pub fn dense_byte_size(&self) -> usize {
         match self.element {
@@ -379,6 +389,20 @@ mod tests {
         ));
         let negative_ok = raw(&[3], Some(&[-1]), 64, F32);
         assert!(check(&negative_ok, None, DlpackFlags::empty()).is_ok());
+    }
+
+    #[test]
+    fn byte_span_covers_negative_and_positive_strides() {
+        let r = raw(&[3, 2], Some(&[-2, 1]), 4096, F32);
+        let d = check(&r, None, DlpackFlags::empty()).unwrap();
+        assert_eq!(d.byte_span(), (-16, 8));
+        let empty = raw(&[0], Some(&[1]), 0, F32);
+        assert_eq!(
+            check(&empty, None, DlpackFlags::empty())
+                .unwrap()
+                .byte_span(),
+            (0, 0)
+        );
     }
 
     #[test]

@@ -96,6 +96,21 @@ pub enum Error {
 
     #[error("cannot export: {0}")]
     Export(String),
+
+    #[error(
+        "no CUDA driver (libcuda) could be loaded on this machine; CUDA tensors need an NVIDIA \
+         driver — import with dl_device=(CPU, 0) to get a host copy instead"
+    )]
+    NoCudaDriver,
+
+    #[error("CUDA driver call {call} failed: {message}")]
+    Cuda { call: &'static str, message: String },
+
+    #[error("the tensor's memory is not what its DLPack device says: {0}")]
+    CudaPointer(String),
+
+    #[error("{0}")]
+    Stream(String),
 }
 
 impl Error {
@@ -110,6 +125,7 @@ impl Error {
                 | Self::Export(_)
                 | Self::ReadOnly
                 | Self::VectorDtype { .. }
+                | Self::NoCudaDriver
         )
     }
 }

@@ -5,11 +5,14 @@
 //! - [`dtype`] and [`device`]: what its elements and memory are, in Julia terms;
 //! - [`layout`]: how any shape and strides become a zero-copy Julia array, or why not;
 //! - [`copy`]: a fresh column-major copy when a view is impossible or a copy is asked for;
-//! - [`export`]: a managed tensor over memory owned elsewhere.
+//! - [`export`]: a managed tensor over memory owned elsewhere;
+//! - [`stream`]: DLPack's stream values, typed; [`cuda`]: pointer checks, stream ordering by
+//!   events, stream descriptions and device → host copies, on a driver loaded at run time.
 //!
 //! The bridges above (Python, Julia) only translate: they never decide layout or ownership.
 
 pub mod copy;
+pub mod cuda;
 pub mod descriptor;
 pub mod device;
 pub mod dtype;
@@ -17,6 +20,7 @@ pub mod error;
 pub mod export;
 pub mod imported;
 pub mod layout;
+pub mod stream;
 
 #[cfg(test)]
 mod test_support;

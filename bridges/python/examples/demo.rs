@@ -88,7 +88,7 @@ fn main() -> PyResult<()> {
         let owned = unsafe { ManagedTensor::from_versioned_raw(managed.into_raw()) }
             .and_then(ImportedTensor::new)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
-        globals.set_item("exporter", Py::new(py, Exporter::new(owned))?)?;
+        globals.set_item("exporter", Py::new(py, Exporter::new(owned, None))?)?;
         py.run(
             c"n = np.from_dlpack(exporter)\n\
               j = jax.dlpack.from_dlpack(exporter)\n\

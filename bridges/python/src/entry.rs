@@ -12,6 +12,7 @@ use crate::release;
 use crate::request::StreamRequest;
 use pyo3::prelude::*;
 use pyo3::{Bound, PyAny, Python, ffi};
+use rsdlpack::cuda::stream_info::StreamDescription;
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensorVersioned};
 use rsdlpack::{Device, ImportedTensor, ManagedTensor};
@@ -159,6 +160,24 @@ pub unsafe extern "C" fn rsdlpack_py_export(
     out: *mut *mut ffi::PyObject,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: forwarded contract; no producer stream (host memory, or device memory whose
+    // writes are complete).
+    unsafe { rsdlpack_py_export_with_stream(tensor, 0, out, error_out) }
+}
+
+/// As `rsdlpack_py_export`, for device memory written on the CUDA stream `stream` (0: none
+/// known, treated as the legacy default stream): each consumer's stream is made to wait for
+/// it with an event.
+///
+/// # Safety
+/// As `rsdlpack_py_export`; `stream` must be 0 or a live `CUstream` of the tensor's device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_export_with_stream(
+    tensor: *mut DLManagedTensorVersioned,
+    stream: usize,
+    out: *mut *mut ffi::PyObject,
+    error_out: *mut *mut c_char,
+) -> i32 {
     trampoline(error_out, || {
         // SAFETY: ownership of `tensor` passes to us (caller's contract).
         let owned = ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(tensor) }?)?;
@@ -167,13 +186,59 @@ pub unsafe extern "C" fn rsdlpack_py_export(
                 "rsdlpack_py_export: out must not be null".into(),
             ));
         }
+        let stream = (stream != 0).then_some(stream);
         let object = with_python(|py| {
-            Py::new(py, Exporter::new(owned))
+            Py::new(py, Exporter::new(owned, stream))
                 .map_err(|e| BridgeError::producer("creating the exporter", e))
         })?;
         // SAFETY: `out` is writable; the new reference passes to the caller.
         unsafe { *out = object.into_ptr() };
         Ok(())
+    })
+}
+
+/// 1 when a CUDA driver can be used in this process, else 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn rsdlpack_cuda_driver_available() -> i32 {
+    catch_unwind(rsdlpack::cuda::driver_available).map_or(0, i32::from)
+}
+
+/// Describes the CUDA stream `handle` (context, device, flags, priority) into `*out`.
+///
+/// # Safety
+/// `out` writable; `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_cuda_describe_stream(
+    handle: usize,
+    out: *mut StreamDescription,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    trampoline(error_out, || {
+        if out.is_null() {
+            return Err(BridgeError::Argument(
+                "rsdlpack_cuda_describe_stream: out must not be null".into(),
+            ));
+        }
+        let description = rsdlpack::cuda::stream_info::describe_stream(handle)?;
+        // SAFETY: `out` is writable (checked non-null; caller's contract).
+        unsafe { *out = description };
+        Ok(())
+    })
+}
+
+/// Makes the CUDA stream `consumer` wait (with an event) for the work enqueued so far on
+/// `producer`, on device `device`. The host does not wait.
+#[unsafe(no_mangle)]
+pub extern "C" fn rsdlpack_cuda_order_streams(
+    device: i32,
+    producer: usize,
+    consumer: usize,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    trampoline(error_out, || {
+        Ok(rsdlpack::cuda::order::order_streams(
+            device, producer, consumer,
+        )?)
     })
 }
 

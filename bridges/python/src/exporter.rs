@@ -7,7 +7,9 @@
 
 use crate::capsule::{legacy_capsule, versioned_capsule};
 use crate::error::{BridgeError, BridgeResult};
-use crate::request::{StreamRequest, VersionRequest, copy_from_python, device_from_python};
+use crate::request::{
+    StreamRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
@@ -18,12 +20,16 @@ use std::sync::Arc;
 /// The tensor behind an exporter, and what keeps its memory alive.
 struct Source {
     tensor: ImportedTensor,
+    /// For device memory: the stream on which its producer wrote it (`CUstream`; 1 is the
+    /// legacy default stream). Consumers' streams are ordered after it.
+    stream: Option<usize>,
 }
 
 /// What a capsule's managed tensor owns: the shared source, or a private copy of it.
 enum CapsuleOwner {
     Shared(#[allow(dead_code)] Arc<Source>),
     Copy(#[allow(dead_code)] AlignedBuffer),
+    HostCopy(#[allow(dead_code)] rsdlpack::cuda::to_host::HostCopy),
 }
 
 /// A tensor offered to Python consumers through the DLPack protocol.
@@ -33,9 +39,10 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    pub fn new(tensor: ImportedTensor) -> Self {
+    /// `stream`: for device tensors, the producer's stream (see [`Source`]).
+    pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> Self {
         Self {
-            source: Arc::new(Source { tensor }),
+            source: Arc::new(Source { tensor, stream }),
         }
     }
 
@@ -47,6 +54,27 @@ impl Exporter {
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
+        let descriptor = self.source.tensor.descriptor();
+        let (spec, owner) = match descriptor.device.kind {
+            DeviceKind::Cuda => self.export_device(stream, device, copy)?,
+            _ => self.export_host(stream, device, copy)?,
+        };
+        match version {
+            VersionRequest::Versioned { minor } => {
+                versioned_capsule(py, export_versioned(&spec, owner, minor)?)
+            }
+            VersionRequest::Legacy => legacy_capsule(py, export_legacy(&spec, owner)?),
+        }
+    }
+}
+
+impl Exporter {
+    fn export_host(
+        &self,
+        stream: StreamRequest,
+        device: Option<rsdlpack::Device>,
+        copy: Option<bool>,
+    ) -> BridgeResult<(ExportSpec, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
         if let Some(wanted) = device.filter(|&d| d != descriptor.device) {
             return Err(BridgeError::Buffer(format!(
@@ -62,36 +90,72 @@ impl Exporter {
                 stream.to_value()
             )));
         }
-        let (spec, owner) = if copy == Some(true) {
-            // SAFETY: the source's memory is alive (we own it) and host-readable (materialize
-            // refuses other devices); exporters are read-only views, nobody writes meanwhile.
-            let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
-            let dims: Vec<usize> = descriptor.shape.iter().map(|&n| n as usize).collect();
-            let mut strides = vec![1isize; dims.len()];
-            for k in 1..dims.len() {
-                strides[k] = strides[k - 1] * dims[k - 1].max(1) as isize;
-            }
-            let mut spec = ExportSpec::from_julia_layout(
-                buffer.as_ptr() as usize,
-                descriptor.device,
-                descriptor.element,
-                &dims,
-                &strides,
-                IndexOrder::Producer,
-            )?;
-            spec.is_copied = true;
-            (spec, CapsuleOwner::Copy(buffer))
-        } else {
-            (
+        if copy != Some(true) {
+            return Ok((
                 ExportSpec::of(descriptor),
                 CapsuleOwner::Shared(Arc::clone(&self.source)),
-            )
-        };
-        match version {
-            VersionRequest::Versioned { minor } => {
-                versioned_capsule(py, export_versioned(&spec, owner, minor)?)
+            ));
+        }
+        // SAFETY: the source's memory is alive (we own it) and host-readable (materialize
+        // refuses other devices); exporters are read-only views, nobody writes meanwhile.
+        let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
+        let dims: Vec<usize> = descriptor.shape.iter().map(|&n| n as usize).collect();
+        let mut strides = vec![1isize; dims.len()];
+        for k in 1..dims.len() {
+            strides[k] = strides[k - 1] * dims[k - 1].max(1) as isize;
+        }
+        let mut spec = ExportSpec::from_julia_layout(
+            buffer.as_ptr() as usize,
+            descriptor.device,
+            descriptor.element,
+            &dims,
+            &strides,
+            IndexOrder::Producer,
+        )?;
+        spec.is_copied = true;
+        Ok((spec, CapsuleOwner::Copy(buffer)))
+    }
+
+    /// A CUDA tensor: zero-copy on its device with the consumer's stream ordered after the
+    /// producer's (an event, no host wait), or a host copy for `dl_device=(CPU, 0)`.
+    fn export_device(
+        &self,
+        stream: StreamRequest,
+        device: Option<rsdlpack::Device>,
+        copy: Option<bool>,
+    ) -> BridgeResult<(ExportSpec, CapsuleOwner)> {
+        let descriptor = self.source.tensor.descriptor();
+        let producer = self.source.stream.unwrap_or(1);
+        match device {
+            Some(wanted) if wanted.kind == DeviceKind::Cpu => {
+                if copy == Some(false) {
+                    return Err(BridgeError::Buffer(format!(
+                        "dl_device=(CPU, 0) needs a copy of this {:?} tensor but copy=False",
+                        descriptor.device
+                    )));
+                }
+                let host = rsdlpack::cuda::to_host::copy_to_host(descriptor, producer)?;
+                let spec = ExportSpec::of(&host.descriptor);
+                Ok((spec, CapsuleOwner::HostCopy(host)))
             }
-            VersionRequest::Legacy => legacy_capsule(py, export_legacy(&spec, owner)?),
+            Some(wanted) if wanted != descriptor.device => Err(BridgeError::Buffer(format!(
+                "cannot export a tensor on {:?} to dl_device {wanted:?}",
+                descriptor.device
+            ))),
+            _ if copy == Some(true) => Err(BridgeError::Buffer(
+                "copy=True of device memory is not supported by this exporter; ask for \
+                 dl_device=(CPU, 0) or copy on the consumer side"
+                    .into(),
+            )),
+            _ => {
+                if let Some(consumer) = stream.cuda_handle() {
+                    rsdlpack::cuda::order::order_streams(descriptor.device.id, producer, consumer)?;
+                }
+                Ok((
+                    ExportSpec::of(descriptor),
+                    CapsuleOwner::Shared(Arc::clone(&self.source)),
+                ))
+            }
         }
     }
 }
@@ -108,7 +172,7 @@ impl Exporter {
         copy: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         crate::release::drain(py);
-        let stream = StreamRequest::from_python(stream.as_ref())?;
+        let stream = stream_from_python(stream.as_ref())?;
         let version = VersionRequest::from_python(max_version.as_ref())?;
         let device = device_from_python(dl_device.as_ref())?;
         let copy = copy_from_python(copy.as_ref())?;

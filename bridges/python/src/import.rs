@@ -93,6 +93,9 @@ fn check_result(
             "copy=false was requested but {source} holds a copy (IS_COPIED)"
         )));
     }
+    if found.kind.is_cuda() {
+        rsdlpack::cuda::pointer::check_pointer(tensor.descriptor())?;
+    }
     Ok(tensor)
 }
 

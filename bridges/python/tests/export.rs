@@ -51,7 +51,10 @@ fn aligned_tensor(
 fn with_exporter<'py>(py: Python<'py>, tensor: ImportedTensor, code: &str) -> Bound<'py, PyDict> {
     let globals = PyDict::new(py);
     globals
-        .set_item("exporter", Py::new(py, Exporter::new(tensor)).unwrap())
+        .set_item(
+            "exporter",
+            Py::new(py, Exporter::new(tensor, None)).unwrap(),
+        )
         .unwrap();
     let source = std::ffi::CString::new(format!("import gc\nimport numpy as np\n{code}")).unwrap();
     py.run(&source, Some(&globals), None)

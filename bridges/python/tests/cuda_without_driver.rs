@@ -1,0 +1,125 @@
+//! CUDA paths on a machine without a driver (CI): clear errors, no panics, nothing leaked.
+//! (The GPU behaviour itself is checked by test/gpu/check_gpu.py on a GPU machine.)
+
+mod common;
+
+use common::*;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
+use rsdlpack::{
+    Device, DeviceKind, ElementType, ExportSpec, ImportedTensor, IndexOrder, ManagedTensor,
+};
+use rsdlpack_python::entry::{
+    rsdlpack_cuda_describe_stream, rsdlpack_cuda_driver_available, rsdlpack_error_free,
+};
+use rsdlpack_python::{Exporter, ImportRequest, import};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+/// A managed tensor that claims to be on CUDA device 0 (its pointer is host memory).
+fn fake_cuda_tensor() -> (*mut DLManagedTensorVersioned, Arc<AtomicUsize>) {
+    let data = vec![0f32; 4];
+    let count = Arc::new(AtomicUsize::new(0));
+    let cuda = Device {
+        kind: DeviceKind::Cuda,
+        id: 0,
+    };
+    let spec = ExportSpec::from_julia_layout(
+        data.as_ptr() as usize,
+        cuda,
+        ElementType::Float32,
+        &[4],
+        &[1],
+        IndexOrder::Producer,
+    )
+    .unwrap();
+    let managed =
+        rsdlpack::export::export_versioned(&spec, (data, Counted(Arc::clone(&count))), 3).unwrap();
+    (managed.into_raw(), count)
+}
+
+fn no_driver_here() -> bool {
+    if rsdlpack_cuda_driver_available() == 1 {
+        eprintln!("a CUDA driver is present: these checks are for machines without one");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn importing_a_cuda_capsule_fails_clearly_and_releases_it() {
+    if !no_driver_here() {
+        return;
+    }
+    Python::attach(|py| {
+        let (raw, count) = fake_cuda_tensor();
+        let exporter = Py::new(
+            py,
+            Exporter::new(
+                // SAFETY: just built and handed over.
+                ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
+                    .unwrap(),
+                None,
+            ),
+        )
+        .unwrap();
+        let globals = PyDict::new(py);
+        globals.set_item("exporter", exporter).unwrap();
+        py.run(
+            c"try:\n    exporter.__dlpack__(max_version=(1, 3))\n    message = None\nexcept BufferError as e:\n    message = str(e)",
+            Some(&globals),
+            None,
+        )
+        .unwrap();
+        let message: String = globals
+            .get_item("message")
+            .unwrap()
+            .unwrap()
+            .extract()
+            .unwrap();
+        assert!(message.contains("no CUDA driver"), "{message}");
+
+        let capsule = globals.get_item("exporter").unwrap().unwrap().call_method(
+            "__dlpack__",
+            (),
+            Some(&{
+                let kw = PyDict::new(py);
+                kw.set_item("max_version", (1, 3)).unwrap();
+                kw.set_item("stream", -1).unwrap();
+                kw
+            }),
+        );
+        let capsule = capsule.expect("stream=-1 asks for no synchronisation, so no driver call");
+        let err = import(&capsule, &ImportRequest::default())
+            .err()
+            .expect("the pointer check needs a driver");
+        assert!(err.to_string().contains("no CUDA driver"), "{err}");
+        drop(capsule);
+        globals.del_item("exporter").unwrap();
+        assert_eq!(
+            releases(&count),
+            1,
+            "released exactly once after the failed import"
+        );
+    });
+}
+
+#[test]
+fn describing_a_stream_without_a_driver_is_an_error_not_a_crash() {
+    if !no_driver_here() {
+        return;
+    }
+    let mut description = rsdlpack::cuda::stream_info::StreamDescription::default();
+    let mut message: *mut std::ffi::c_char = std::ptr::null_mut();
+    // SAFETY: valid out-pointers.
+    let code = unsafe { rsdlpack_cuda_describe_stream(0x1000, &mut description, &mut message) };
+    assert_eq!(code, 2);
+    // SAFETY: the entry point wrote a message we now own.
+    let text = unsafe { std::ffi::CStr::from_ptr(message) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: freed once.
+    unsafe { rsdlpack_error_free(message) };
+    assert!(text.contains("no CUDA driver"), "{text}");
+}

@@ -1,0 +1,126 @@
+//! CUDA through cudarc's driver API, loaded at run time.
+//!
+//! Nothing here may run before [`driver`] has answered `Ok`: cudarc panics when `libcuda` is
+//! missing, and [`driver`] checks `is_culib_present()` before any other call, so on machines
+//! without a driver every function returns [`Error::NoCudaDriver`] instead.
+//!
+//! cudarc's safe layer owns contexts and streams; ours are all borrowed (a tensor's memory, a
+//! consumer's stream), so this module works one layer down, on cudarc's checked `result`
+//! functions, and on `sys` where `result` lacks the call (pointer attributes, stream queries,
+//! context push/pop). Each such call is wrapped once, in [`call`].
+//!
+//! - [`pointer`]: does a CUDA tensor's pointer really live where its DLPack device says?
+//! - [`order`]: make a consumer's stream wait for a producer's, with an event (never a
+//!   device-wide synchronisation);
+//! - [`stream_info`]: what a raw `CUstream` belongs to (context, device, flags, priority);
+//! - [`to_host`]: a device tensor copied to host memory (for `dl_device=(CPU, 0)`).
+
+pub mod order;
+pub mod pointer;
+pub mod stream_info;
+pub mod to_host;
+
+use crate::error::{Error, Result};
+use cudarc::driver::{result, sys};
+use std::sync::OnceLock;
+
+/// Checks once that a CUDA driver can be loaded and initialised.
+pub fn driver() -> Result<()> {
+    static STATE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let state = STATE.get_or_init(|| {
+        // SAFETY: only tries to dlopen libcuda; no driver call is made.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(String::new());
+        }
+        result::init().map_err(|e| format!("{e:?}"))
+    });
+    match state {
+        Ok(()) => Ok(()),
+        Err(message) if message.is_empty() => Err(Error::NoCudaDriver),
+        Err(message) => Err(Error::Cuda {
+            call: "cuInit",
+            message: message.clone(),
+        }),
+    }
+}
+
+/// Whether a CUDA driver is usable here.
+pub fn driver_available() -> bool {
+    driver().is_ok()
+}
+
+/// Turns a raw driver status into our error.
+pub(crate) fn call(status: sys::CUresult, what: &'static str) -> Result<()> {
+    status.result().map_err(|e| Error::Cuda {
+        call: what,
+        message: format!("{e:?}"),
+    })
+}
+
+/// The primary context of a device, pushed as current for the guard's lifetime.
+pub(crate) struct DeviceContext {
+    device: sys::CUdevice,
+}
+
+impl DeviceContext {
+    pub(crate) fn enter(ordinal: i32) -> Result<Self> {
+        driver()?;
+        let device = result::device::get(ordinal).map_err(|e| Error::Cuda {
+            call: "cuDeviceGet",
+            message: format!("device {ordinal}: {e:?}"),
+        })?;
+        // SAFETY: `device` is a valid device handle; the retain is paired with the release in
+        // Drop.
+        let context = unsafe { result::primary_ctx::retain(device) }.map_err(|e| Error::Cuda {
+            call: "cuDevicePrimaryCtxRetain",
+            message: format!("{e:?}"),
+        })?;
+        // SAFETY: `context` was just retained; popped in Drop.
+        let status = unsafe { sys::cuCtxPushCurrent_v2(context) };
+        if let Err(e) = call(status, "cuCtxPushCurrent") {
+            // SAFETY: undo the retain above.
+            let _ = unsafe { result::primary_ctx::release(device) };
+            return Err(e);
+        }
+        Ok(Self { device })
+    }
+}
+
+impl Drop for DeviceContext {
+    fn drop(&mut self) {
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: we pushed this context in `enter`; errors are ignored (Drop never panics and
+        // there is no caller to tell).
+        unsafe {
+            let _ = sys::cuCtxPopCurrent_v2(&mut popped);
+            let _ = result::primary_ctx::release(self.device);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_driver_every_entry_answers_no_cuda_driver() {
+        // SAFETY: only probes for the library.
+        if unsafe { sys::is_culib_present() } {
+            assert!(driver().is_ok(), "a present driver initialises");
+            return;
+        }
+        assert!(matches!(driver(), Err(Error::NoCudaDriver)));
+        assert!(!driver_available());
+        assert!(matches!(DeviceContext::enter(0), Err(Error::NoCudaDriver)));
+        assert!(matches!(
+            stream_info::describe_stream(0x1234),
+            Err(Error::NoCudaDriver)
+        ));
+        assert!(matches!(
+            order::order_streams(0, 0x1234, 0x5678),
+            Err(Error::NoCudaDriver)
+        ));
+        let message = Error::NoCudaDriver.to_string();
+        assert!(message.contains("dl_device=(CPU, 0)"), "{message}");
+    }
+}

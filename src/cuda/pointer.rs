@@ -1,0 +1,106 @@
+//! Pointer-attribute checks: before anything wraps an imported CUDA, CUDAHost or CUDAManaged
+//! tensor, the driver confirms the memory type, the device ordinal and the context.
+
+use super::{DeviceContext, call};
+use crate::descriptor::TensorDescriptor;
+use crate::device::DeviceKind;
+use crate::error::{Error, Result};
+use cudarc::driver::sys;
+use std::ffi::c_void;
+
+/// What the driver says about a pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointerInfo {
+    /// `CU_MEMORYTYPE_*`: 1 host, 2 device, 4 unified.
+    pub memory_type: u32,
+    pub device_ordinal: i32,
+    pub managed: bool,
+    /// The `CUcontext` the allocation belongs to (0 when the driver reports none).
+    pub context: usize,
+}
+
+const HOST: u32 = sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
+const DEVICE: u32 = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+
+/// Queries the driver about `address`, with `ordinal`'s primary context current.
+pub fn pointer_info(address: usize, ordinal: i32) -> Result<PointerInfo> {
+    let _context = DeviceContext::enter(ordinal)?;
+    let query = |attribute: sys::CUpointer_attribute, out: *mut c_void, what: &'static str| {
+        // SAFETY: `out` points to a value of the size the attribute writes (u32/i32/pointer,
+        // chosen per attribute below); the driver only reads `address`.
+        call(
+            unsafe { sys::cuPointerGetAttribute(out, attribute, address as sys::CUdeviceptr) },
+            what,
+        )
+    };
+    let mut memory_type: u32 = 0;
+    let mut ordinal_found: i32 = -1;
+    let mut managed: u32 = 0;
+    let mut context: sys::CUcontext = std::ptr::null_mut();
+    use sys::CUpointer_attribute as A;
+    query(
+        A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        (&raw mut memory_type).cast(),
+        "cuPointerGetAttribute(MEMORY_TYPE)",
+    )?;
+    query(
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        (&raw mut ordinal_found).cast(),
+        "cuPointerGetAttribute(DEVICE_ORDINAL)",
+    )?;
+    query(
+        A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        (&raw mut managed).cast(),
+        "cuPointerGetAttribute(IS_MANAGED)",
+    )?;
+    // Memory from the stream-ordered allocator (torch, CuPy pools) may have no context.
+    let _ = query(
+        A::CU_POINTER_ATTRIBUTE_CONTEXT,
+        (&raw mut context).cast(),
+        "cuPointerGetAttribute(CONTEXT)",
+    );
+    Ok(PointerInfo {
+        memory_type,
+        device_ordinal: ordinal_found,
+        managed: managed != 0,
+        context: context as usize,
+    })
+}
+
+/// Checks that a CUDA-family tensor's memory is what its DLPack device claims.
+pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
+    let kind = descriptor.device.kind;
+    if !kind.is_cuda() {
+        return Err(Error::CudaPointer(format!(
+            "{:?} is not a CUDA device",
+            descriptor.device
+        )));
+    }
+    let ordinal = if kind == DeviceKind::Cuda {
+        descriptor.device.id
+    } else {
+        0
+    };
+    let info = pointer_info(descriptor.first_element, ordinal).map_err(|e| {
+        Error::CudaPointer(format!(
+            "the driver does not know address {:#x} ({e})",
+            descriptor.first_element
+        ))
+    })?;
+    let mismatch = match kind {
+        DeviceKind::Cuda if info.memory_type != DEVICE => Some("device memory"),
+        DeviceKind::Cuda if info.device_ordinal != descriptor.device.id => {
+            Some("memory of this device ordinal")
+        }
+        DeviceKind::CudaManaged if !info.managed => Some("managed (unified) memory"),
+        DeviceKind::CudaHost if info.memory_type != HOST => Some("page-locked host memory"),
+        _ => None,
+    };
+    match mismatch {
+        Some(expected) => Err(Error::CudaPointer(format!(
+            "{:?} claims {expected}, but the driver reports memory type {}, device {}, managed {}",
+            descriptor.device, info.memory_type, info.device_ordinal, info.managed
+        ))),
+        None => Ok(info),
+    }
+}

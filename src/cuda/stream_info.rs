@@ -1,0 +1,75 @@
+//! What a raw `CUstream` belongs to: the plain description beneath CUDA.jl's `CuStream`
+//! (the Julia bridge builds that object from it), testable without Julia.
+
+use super::call;
+use crate::error::{Error, Result};
+use cudarc::driver::sys;
+
+/// A stream's context, device, flags (`CU_STREAM_*`) and priority. C layout: the Python
+/// bridge returns it to ctypes callers as is.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamDescription {
+    pub context: usize,
+    pub device: i32,
+    pub flags: u32,
+    pub priority: i32,
+}
+
+/// Describes the stream `handle` (a real `CUstream`, not the special values 0, 1, 2, which
+/// mean "whatever context is current" and have no context of their own).
+pub fn describe_stream(handle: usize) -> Result<StreamDescription> {
+    super::driver()?;
+    if handle <= 2 {
+        return Err(Error::Stream(format!(
+            "stream handle {handle} is a default-stream alias with no context of its own; pass a \
+             created stream (torch.cuda.current_stream().cuda_stream, cupy's stream.ptr)"
+        )));
+    }
+    let stream = handle as sys::CUstream;
+    let mut context: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-pointer valid; the driver validates the handle.
+    let status = unsafe { sys::cuStreamGetCtx(stream, &mut context) };
+    call(status, "cuStreamGetCtx")?;
+    // SAFETY: `context` came from the driver; popped right after.
+    let status = unsafe { sys::cuCtxPushCurrent_v2(context) };
+    call(status, "cuCtxPushCurrent")?;
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: out-pointer valid; a context is current.
+    let status = unsafe { sys::cuCtxGetDevice(&mut device) };
+    let got_device = call(status, "cuCtxGetDevice");
+    let mut popped: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: pops what we pushed.
+    let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+    got_device?;
+    let mut flags: u32 = 0;
+    // SAFETY: out-pointer valid.
+    let status = unsafe { sys::cuStreamGetFlags(stream, &mut flags) };
+    call(status, "cuStreamGetFlags")?;
+    let mut priority: i32 = 0;
+    // SAFETY: out-pointer valid.
+    let status = unsafe { sys::cuStreamGetPriority(stream, &mut priority) };
+    call(status, "cuStreamGetPriority")?;
+    Ok(StreamDescription {
+        context: context as usize,
+        device,
+        flags,
+        priority,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_stream_aliases_are_refused_with_advice() {
+        if super::super::driver().is_err() {
+            return; // covered by the no-driver test in cuda/mod.rs
+        }
+        for alias in [0, 1, 2] {
+            let message = describe_stream(alias).unwrap_err().to_string();
+            assert!(message.contains("default-stream alias"), "{message}");
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Device → host copies, for `__dlpack__(dl_device=(CPU, 0))` on a CUDA tensor.
+//!
+//! The bytes the tensor spans are copied on the producer's stream and that stream (only) is
+//! synchronised — the host must hold the data before it returns it. A non-compact tensor is
+//! then compacted on the host by the copy engine.
+
+use super::{DeviceContext, call};
+use crate::copy::{AlignedBuffer, materialize};
+use crate::descriptor::TensorDescriptor;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::layout::IndexOrder;
+use cudarc::driver::sys;
+
+/// A host copy of a device tensor: the buffer, and its descriptor (row-major compact).
+pub struct HostCopy {
+    pub buffer: AlignedBuffer,
+    pub descriptor: TensorDescriptor,
+}
+
+/// Copies `descriptor`'s elements from the device, ordered after `stream`'s work.
+pub fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<HostCopy> {
+    if descriptor.device.kind != crate::device::DeviceKind::Cuda {
+        return Err(Error::Export(format!(
+            "{:?} is not device memory",
+            descriptor.device
+        )));
+    }
+    let _context = DeviceContext::enter(descriptor.device.id)?;
+    let (low, high) = descriptor.byte_span();
+    let span = AlignedBuffer::zeroed((high - low) as usize);
+    if !span.is_empty() {
+        let source = (descriptor.first_element as i64 + low) as sys::CUdeviceptr;
+        let (destination, bytes) = (span.as_ptr().cast(), span.len());
+        // SAFETY: `span` holds exactly the bytes the tensor spans on the device; the source
+        // range is the tensor's own extent (validated at import).
+        let status = unsafe {
+            sys::cuMemcpyDtoHAsync_v2(destination, source, bytes, stream as sys::CUstream)
+        };
+        call(status, "cuMemcpyDtoHAsync")?;
+        // SAFETY: a stream handle the caller vouches for.
+        let status = unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) };
+        call(status, "cuStreamSynchronize")?;
+    }
+    let mut on_host = descriptor.clone();
+    on_host.device = Device::CPU;
+    on_host.first_element = (span.as_ptr() as i64 - low) as usize;
+    on_host.read_only = false;
+    on_host.is_copied = true;
+    if on_host.is_row_major_compact() {
+        return Ok(HostCopy {
+            buffer: span,
+            descriptor: on_host,
+        });
+    }
+    // SAFETY: `on_host` describes `span`, which we own and nobody writes.
+    let buffer = unsafe { materialize(&on_host, IndexOrder::Reversed) }?;
+    on_host.first_element = buffer.as_ptr() as usize;
+    on_host.strides =
+        crate::descriptor::compact_row_major_strides(&on_host.shape).expect("validated shape");
+    Ok(HostCopy {
+        buffer,
+        descriptor: on_host,
+    })
+}
