@@ -6,7 +6,8 @@ CuPy) over DLPack 1.x, through PyCall or PythonCall.
 
 - [`from_dlpack`](@ref): a Python tensor (or DLPack capsule) as a Julia array over the same memory;
 - [`share`](@ref): a Julia array handed to a Python consumer such as `torch.from_dlpack`;
-- [`unsafe_free!`](@ref): release an imported tensor now instead of at garbage collection;
+- [`RsDLPack.unsafe_free!`](@ref): release an imported tensor now instead of at garbage collection;
+- [`cuda_stream`](@ref): a CUDA.jl `CuStream` for a foreign stream handle (CUDA extension);
 - [`flush_releases`](@ref): run Python deleters that were deferred to a thread holding the GIL.
 
 The decisions (validation, layout, ownership, copies) are made in Rust; this package composes
@@ -15,7 +16,7 @@ CUDA for `CuArray`s.
 """
 module RsDLPack
 
-export from_dlpack, share, unsafe_free!, flush_releases, DLPackError, ReadOnlyArray
+export from_dlpack, share, flush_releases, cuda_stream, DLPackError, ReadOnlyArray
 
 include("errors.jl")
 include("library.jl")
@@ -25,5 +26,6 @@ include("python_bridge.jl")
 include("arrays.jl")
 include("import.jl")
 include("share.jl")
+include("cuda.jl")
 
 end # module

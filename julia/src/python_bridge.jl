@@ -14,7 +14,7 @@ struct ImportOptions
 end
 
 const KDLCPU = UInt32(1)
-const KDLCUDA = UInt32(2)
+const KDLCUDA = UInt32(2)  # also the CUDA extension's device type
 
 function ImportOptions(; stream::Union{Nothing,Integer}=nothing,
                        device::Union{Nothing,Tuple{Integer,Integer}}=nothing,
@@ -70,16 +70,17 @@ function python_import(object::Ptr{Cvoid}, options::ImportOptions)
 end
 
 """
-    python_export(tensor) -> Ptr{Cvoid}
+    python_export(tensor, stream=0) -> Ptr{Cvoid}
 
 Hands an owned `DLManagedTensorVersioned*` to the Python bridge (always: even on error) and
-returns a new reference to a Python object with `__dlpack__`.
+returns a new reference to a Python object with `__dlpack__`. For device memory, `stream` is
+the CUDA stream its writes were enqueued on; consumers' streams are ordered after it.
 """
-function python_export(tensor::Ptr{Cvoid})
+function python_export(tensor::Ptr{Cvoid}, stream::UInt=UInt(0))
     out = Ref{Ptr{Cvoid}}(C_NULL)
     message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(python_symbol(:rsdlpack_py_export), Int32,
-                 (Ptr{Cvoid}, Ref{Ptr{Cvoid}}, Ref{Ptr{UInt8}}), tensor, out, message)
+    code = ccall(python_symbol(:rsdlpack_py_export_with_stream), Int32,
+                 (Ptr{Cvoid}, Csize_t, Ref{Ptr{Cvoid}}, Ref{Ptr{UInt8}}), tensor, stream, out, message)
     code == 0 || throw(bridge_error(code, message[]))
     return out[]
 end

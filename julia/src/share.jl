@@ -40,6 +40,13 @@ row-major-compact tensor of size `reverse(size(A))`).
 """
 function share end
 
+# Where an array's memory is: the address of its first element, DLPack's (device type, id),
+# and the CUDA stream its last writes were enqueued on (0 for host memory). The CUDA
+# extension adds methods for CuArrays.
+array_address(A::AbstractArray) = UInt(pointer(A))
+array_device(::AbstractArray) = (KDLCPU, Int32(0))
+producer_stream(::AbstractArray) = UInt(0)
+
 """
     share_array(to_python, call, A, consumer; order)
 
@@ -57,11 +64,13 @@ function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=
     code = element_code(eltype(B))
     dims = collect(Int, size(B))
     steps = collect(Int, strides(B))
+    device_type, device_id = array_device(B)
     id = root!(B)
     tensor = GC.@preserve B dims steps rethrowing_native() do
-        Native.export_array(UInt(pointer(B)), code, Int64(ndims(B)), UInt(pointer(dims)),
-                            UInt(pointer(steps)), index_order_code(order), readonly, id)
+        Native.export_array(array_address(B), code, Int64(ndims(B)), UInt(pointer(dims)),
+                            UInt(pointer(steps)), index_order_code(order), readonly,
+                            UInt32(device_type), Int32(device_id), id)
     end
-    exporter = to_python(python_export(Ptr{Cvoid}(tensor)))
+    exporter = to_python(python_export(Ptr{Cvoid}(tensor), producer_stream(B)))
     return consumer isa Type ? exporter : call(consumer, exporter)
 end

@@ -282,3 +282,11 @@ if jl(Bool, "has", "torch")
         @test address(u) == UInt(pointer(M)) && expected(u, Float32) == M
     end
 end
+
+if FRONTEND != "PythonCall"
+    # test/cuda.jl uses PythonCall; it runs in that front-end's process.
+elseif Base.find_package("CUDA") === nothing
+    @info "CUDA.jl is not in this environment: test/cuda.jl was not run"
+else
+    include(joinpath(@__DIR__, "cuda.jl"))
+end

@@ -27,7 +27,7 @@ pub struct ImportedArray {
     order: IndexOrder,
 }
 
-fn error(message: impl Into<String>) -> Box<JlrsError> {
+pub(crate) fn error(message: impl Into<String>) -> Box<JlrsError> {
     JlrsError::exception(message.into()).into()
 }
 

@@ -13,11 +13,14 @@
 
 mod imported;
 mod shared;
+mod stream;
 
 use imported::{ImportedArray, take_tensor};
+use jlrs::data::managed::value::ValueRet;
 use jlrs::data::managed::value::typed::TypedValueRet;
 use jlrs::prelude::*;
 use shared::{export_array, next_released_root};
+use stream::{new_stream_object, stream_context, stream_device};
 
 julia_module! {
     become rsdlpack_julia_init;
@@ -61,6 +64,10 @@ julia_module! {
     #[untracked_self]
     in ImportedArray fn is_released(&self) -> Bool;
 
-    fn export_array(address: usize, element_code: u32, ndims: i64, dims_address: usize, strides_address: usize, order: u8, read_only: Bool, root_id: u64) -> JlrsResult<usize>;
+    fn export_array(address: usize, element_code: u32, ndims: i64, dims_address: usize, strides_address: usize, order: u8, read_only: Bool, device_type: u32, device_id: i32, root_id: u64) -> JlrsResult<usize>;
     fn next_released_root() -> u64;
+
+    fn stream_context(handle: usize) -> JlrsResult<usize>;
+    fn stream_device(handle: usize) -> JlrsResult<i32>;
+    fn new_stream_object(stream_type: DataType, handle: Value<'_, 'static>, context: Value<'_, 'static>) -> JlrsResult<ValueRet>;
 }

@@ -9,6 +9,7 @@
 
 use jlrs::error::JlrsError;
 use jlrs::prelude::*;
+use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
 use rsdlpack::export::export_versioned;
 use rsdlpack::{Device, ElementType, ExportSpec, IndexOrder};
 use std::sync::Mutex;
@@ -33,7 +34,8 @@ fn error(message: impl Into<String>) -> Box<JlrsError> {
 
 /// Builds a versioned managed tensor over a Julia array and returns its address (to hand to
 /// the Python bridge's exporter). `dims_address`/`strides_address` point to `ndims` `Int`s
-/// (Julia's `size` and `strides`), `root_id` names the array in Julia's root table.
+/// (Julia's `size` and `strides`); `device_type`/`device_id` are DLPack's (1, 0 for host
+/// memory; 2, ordinal for a `CuArray`); `root_id` names the array in Julia's root table.
 #[allow(clippy::too_many_arguments)] // mirrors one ccall signature
 pub fn export_array(
     address: usize,
@@ -43,9 +45,15 @@ pub fn export_array(
     strides_address: usize,
     order: u8,
     read_only: Bool,
+    device_type: u32,
+    device_id: i32,
     root_id: u64,
 ) -> JlrsResult<usize> {
     let root = JuliaRoot(root_id);
+    let device = Device::from_dlpack(DLDevice {
+        device_type: DLDeviceType(device_type),
+        device_id,
+    });
     let element = ElementType::from_code(element_code)
         .ok_or_else(|| error(format!("unknown element code {element_code}")))?;
     let ndims = usize::try_from(ndims)
@@ -76,9 +84,8 @@ pub fn export_array(
             )));
         }
     };
-    let mut spec =
-        ExportSpec::from_julia_layout(address, Device::CPU, element, &dims, &strides, order)
-            .map_err(crate::imported::core_error)?;
+    let mut spec = ExportSpec::from_julia_layout(address, device, element, &dims, &strides, order)
+        .map_err(crate::imported::core_error)?;
     spec.read_only = read_only.as_bool();
     let managed = export_versioned(
         &spec,

@@ -1,0 +1,72 @@
+# CUDA.jl for RsDLPack: CuArray targets for from_dlpack, CuArrays for share, CuStream objects
+# for foreign stream handles. Only methods of hooks the package declares.
+module RsDLPackCUDAExt
+
+using CUDA: CUDA, CuArray, CuContext, CuPtr, CuStream
+import RsDLPack
+using RsDLPack: Native, DLPackError, KDLCUDA, PLAN_COPY, PLAN_EMPTY, rethrowing_native
+
+"DLPack's value for a CuStream: its handle, or 1 (legacy default) for the null stream."
+function dlpack_stream(s::CuStream)
+    handle = UInt(Base.unsafe_convert(CUDA.CUstream, s))
+    return handle == 0 ? UInt(1) : handle
+end
+
+# Import: the consumer's stream is the task-local CUDA.stream(); the producer makes the data
+# ready on it before __dlpack__ returns.
+RsDLPack.import_options(::Type{<:CuArray}, copy) =
+    RsDLPack.ImportOptions(; stream=Int64(dlpack_stream(CUDA.stream())),
+                           device=(KDLCUDA, CUDA.deviceid(CUDA.device())), copy=copy)
+
+"""
+The object whose collection ends a wrapped CuArray's memory use: the reference-counted data
+shared by the CuArray and every reshape of it (CUDA.jl 5.4-6 keep it in `data.rc`; read at
+run time), else the CuArray itself.
+"""
+function storage_keeper(A::CuArray)
+    data = getfield(A, :data)
+    return hasfield(typeof(data), :rc) ? getfield(data, :rc) : A
+end
+
+RsDLPack.storage_of(A::CuArray) = storage_keeper(A)
+
+function RsDLPack.wrap_imported(::Type{<:CuArray}, handle)
+    device_type = Native.device_type(handle)
+    if device_type != KDLCUDA
+        Native.release!(handle)
+        throw(DLPackError(:buffer, "the tensor is on DLPack device type $device_type, not CUDA; " *
+                                   "use from_dlpack(Array, ...) for host memory"))
+    end
+    T = RsDLPack.element_type(Native.element_code(handle))
+    kind = Native.plan_kind(handle)
+    if kind == PLAN_EMPTY
+        Native.release!(handle)
+        return CuArray{T}(undef, RsDLPack.dims_of(Native.result_ndims(handle), k -> Native.result_dim(handle, k)))
+    elseif kind == PLAN_COPY
+        Native.release!(handle)
+        throw(DLPackError(:buffer, "these strides need a copy, which RsDLPack makes on the host only; " *
+                                   "ask the producer for a contiguous tensor (t.contiguous()) or import into an Array"))
+    end
+    parent_dims = RsDLPack.dims_of(Native.parent_ndims(handle), k -> Native.parent_dim(handle, k))
+    P = unsafe_wrap(CuArray, CuPtr{T}(Native.parent_address(handle)), parent_dims; own=false)
+    keeper = storage_keeper(P)
+    finalizer(_ -> Native.release!(handle), keeper)
+    RsDLPack.OWNERS[keeper] = handle
+    return RsDLPack.compose_view(P, handle)
+end
+
+# Export: device memory, ordered after the task-local stream the array was written on.
+cu_device(A::CuArray) = CUDA.device(A)
+cu_device(A::AbstractArray) = cu_device(parent(A))
+
+RsDLPack.array_address(A::CUDA.StridedCuArray) = reinterpret(UInt, pointer(A))
+RsDLPack.array_device(A::CUDA.StridedCuArray) = (KDLCUDA, Int32(CUDA.deviceid(cu_device(A))))
+RsDLPack.producer_stream(::CUDA.StridedCuArray) = dlpack_stream(CUDA.stream())
+
+function RsDLPack.cuda_stream(handle::Integer)
+    h = UInt(handle)
+    context = CuContext(CUDA.CUcontext(rethrowing_native(() -> Native.stream_context(h))))
+    return rethrowing_native(() -> Native.new_stream_object(CuStream, CUDA.CUstream(h), context))
+end
+
+end # module

@@ -1,0 +1,14 @@
+# Declarations the CUDA extension (ext/RsDLPackCUDAExt.jl) implements.
+
+"""
+    cuda_stream(handle) -> CUDA.CuStream
+
+A CUDA.jl `CuStream` for a foreign `CUstream` handle — e.g. PyTorch's
+`torch.cuda.current_stream().cuda_stream` or CuPy's `stream.ptr` — so that Julia kernels can be
+launched on it (`@cuda stream=s ...`) or ordered against it. The stream's context is looked up
+through the driver; the object is built without CUDA.jl's constructors, so it does not destroy
+the stream when collected (the stream belongs to its producer and must outlive its use).
+Default-stream aliases (0, 1, 2) are refused: they have no context of their own.
+Needs `using CUDA`.
+"""
+function cuda_stream end
