@@ -8,19 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import ImportOptions
+from rsdlpack_ctypes import ImportOptions, first_element, shape_of
 
 READ_ONLY, IS_COPIED = 1, 2
-
-
-def shape_of(tensor):
-    t = tensor.contents.dl_tensor
-    return [t.shape[i] for i in range(t.ndim)], [t.strides[i] for i in range(t.ndim)]
-
-
-def first_element(tensor):
-    t = tensor.contents.dl_tensor
-    return t.data + t.byte_offset
 
 
 def test_the_library_does_not_link_libpython(bridge):
@@ -154,3 +144,12 @@ def test_an_exporter_nobody_consumes_releases_its_tensor(bridge):
     del exporter, capsule
     gc.collect()
     assert sys.getrefcount(a) == before
+
+
+def test_cuda_entry_points_without_a_driver_report_it(bridge):
+    if bridge.lib.rsdlpack_cuda_driver_available() == 1:
+        pytest.skip("a CUDA driver is present; test/gpu/check_gpu.py covers this machine")
+    _, (code, message) = bridge.describe_stream(0x1000)
+    assert code == 2 and "no CUDA driver" in message
+    code, message = bridge.order_streams(0, 0x1000, 0x2000)
+    assert code == 2 and "no CUDA driver" in message

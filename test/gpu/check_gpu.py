@@ -1,0 +1,212 @@
+"""GPU checks of RsDLPack's CUDA paths, run on a machine with an NVIDIA GPU and Python with
+torch, cupy and jax (CUDA builds). Needs no Rust there: it drives the prebuilt Python bridge
+(librsdlpack_python.so, built with scripts/gpu_check.sh) through ctypes.
+
+    python3 test/gpu/check_gpu.py test/gpu/lib/librsdlpack_python.so
+
+Every check asserts; the last line reads "N passed, M failed" and the exit status is 1 on any
+failure. It takes a few seconds (one ~1 s sleep kernel per ordering check).
+"""
+
+import ctypes
+import pathlib
+import sys
+import time
+import traceback
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "python"))
+from rsdlpack_ctypes import Bridge, ImportOptions, first_element, shape_of  # noqa: E402
+
+KDLCUDA = 2
+RESULTS = []
+
+
+def check(name):
+    def run(fn):
+        try:
+            detail = fn()
+            RESULTS.append((name, True, detail or ""))
+            print(f"PASS {name} {detail or ''}", flush=True)
+        except Exception:
+            RESULTS.append((name, False, traceback.format_exc()))
+            print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
+        return fn
+    return run
+
+
+lib = Bridge(sys.argv[1] if len(sys.argv) > 1 else str(pathlib.Path(__file__).parent / "lib" / "librsdlpack_python.so"), ctypes.CDLL)
+
+import torch  # noqa: E402
+
+assert torch.cuda.is_available(), "torch sees no GPU"
+torch.cuda.init()
+
+
+def cuda_options(stream):
+    return ImportOptions(has_stream=1, stream=stream, has_device=1, device_type=KDLCUDA, device_id=0, copy=-1)
+
+
+def sleep_cycles_for(seconds):
+    """Clock cycles torch.cuda._sleep needs to spin for about `seconds` on this GPU."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 50_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return int(cycles * seconds * 1000.0 / start.elapsed_time(end))
+
+
+SLEEP = sleep_cycles_for(1.0)
+
+
+@check("the driver is found")
+def _():
+    assert lib.lib.rsdlpack_cuda_driver_available() == 1
+
+
+@check("torch CUDA tensors import zero-copy (strided view, pointer checked)")
+def _():
+    t = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6)[:, 1::2]
+    stream = torch.cuda.current_stream().cuda_stream or 1
+    tensor, error = lib.import_(t, cuda_options(stream))
+    assert error is None, error
+    assert first_element(tensor) == t.data_ptr()
+    assert shape_of(tensor) == (list(t.shape), list(t.stride()))
+    assert tensor.contents.dl_tensor.device.device_type == KDLCUDA
+    lib.release(tensor)
+    return f"at {t.data_ptr():#x}"
+
+
+@check("cupy CUDA arrays import zero-copy")
+def _():
+    import cupy
+
+    a = cupy.arange(12, dtype=cupy.float64).reshape(3, 4).T
+    tensor, error = lib.import_(a, cuda_options(cupy.cuda.get_current_stream().ptr or 1))
+    assert error is None, error
+    assert first_element(tensor) == a.data.ptr
+    assert shape_of(tensor) == ([4, 3], [s // 8 for s in a.strides])
+    lib.release(tensor)
+
+
+@check("jax CUDA arrays import zero-copy")
+def _():
+    import jax
+    import jax.numpy as jnp
+
+    gpu = jax.devices("gpu")[0]
+    x = jax.device_put(jnp.arange(8.0, dtype=jnp.float32), gpu)
+    x.block_until_ready()
+    tensor, error = lib.import_(x, cuda_options(1))
+    assert error is None, error
+    assert first_element(tensor) == x.unsafe_buffer_pointer()
+    lib.release(tensor)
+
+
+def producer_tensor_written_slowly(n):
+    """A tensor that a long kernel on stream P fills with 7 — not ready until the kernel ends."""
+    P = torch.cuda.Stream()
+    x = torch.zeros(n, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(P):
+        torch.cuda._sleep(SLEEP)
+        x.fill_(7.0)
+    # stream=-1: the exporter (not torch) will order consumers after P.
+    tensor, error = lib.import_(x, ImportOptions(has_stream=1, stream=-1, copy=-1))
+    assert error is None, error
+    exporter, error = lib.export(tensor, P.cuda_stream)
+    assert error is None, error
+    return x, P, exporter
+
+
+@check("torch consumer: ordered after the producer by an event, host not blocked")
+def _():
+    n = 1 << 22
+    x, P, exporter = producer_tensor_written_slowly(n)
+    C = torch.cuda.Stream()
+    t0 = time.perf_counter()
+    with torch.cuda.stream(C):
+        y = torch.from_dlpack(exporter)
+        total = y.sum()
+    host = time.perf_counter() - t0
+    still_running = not P.query()
+    C.synchronize()
+    assert y.data_ptr() == x.data_ptr(), "zero-copy"
+    assert still_running, "the producer kernel had finished: no proof that the host did not wait"
+    assert host < 0.5, f"the host waited {host:.3f} s (a device-wide or stream sync?)"
+    assert total.item() == 7.0 * n, f"the consumer read {total.item()} (not ordered after the producer)"
+    return f"host returned in {host * 1000:.1f} ms while the 1 s producer kernel ran"
+
+
+@check("cupy consumer: ordered after the producer by an event, host not blocked")
+def _():
+    import cupy
+
+    n = 1 << 22
+    x, P, exporter = producer_tensor_written_slowly(n)
+    with cupy.cuda.Stream(non_blocking=True) as C:
+        t0 = time.perf_counter()
+        z = cupy.from_dlpack(exporter)
+        total = z.sum()
+        host = time.perf_counter() - t0
+        still_running = not P.query()
+        C.synchronize()
+    assert z.data.ptr == x.data_ptr()
+    assert still_running and host < 0.5, f"host waited {host:.3f} s"
+    assert float(total) == 7.0 * n
+    return f"host returned in {host * 1000:.1f} ms"
+
+
+@check("order_streams: the consumer stream waits, the host does not")
+def _():
+    P, C = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.zeros(1024, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(P):
+        torch.cuda._sleep(SLEEP)
+        x.fill_(3.0)
+    t0 = time.perf_counter()
+    assert lib.order_streams(0, P.cuda_stream, C.cuda_stream) is None
+    host = time.perf_counter() - t0
+    with torch.cuda.stream(C):
+        s = x.sum()
+    assert not C.query(), "the consumer stream should be waiting on the producer's event"
+    C.synchronize()
+    assert host < 0.1 and s.item() == 3.0 * 1024
+
+
+@check("describe_stream: torch's stream has the current context, device and priority")
+def _():
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    current = ctypes.c_void_p()
+    assert libcuda.cuCtxGetCurrent(ctypes.byref(current)) == 0
+    s = torch.cuda.Stream(priority=-1)
+    d, error = lib.describe_stream(s.cuda_stream)
+    assert error is None, error
+    assert d.context == current.value, (hex(d.context), hex(current.value or 0))
+    assert d.device == torch.cuda.current_device()
+    assert d.flags & 1 == 1, "torch streams are non-blocking"
+    assert d.priority == s.priority, (d.priority, s.priority)
+    _, (code, message) = lib.describe_stream(1)
+    assert "default-stream alias" in message
+    return f"context {d.context:#x}, device {d.device}, flags {d.flags}, priority {d.priority}"
+
+
+@check("dl_device=(CPU, 0): a host copy of device memory, for NumPy")
+def _():
+    import numpy as np
+
+    t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4).t()
+    tensor, error = lib.import_(t, cuda_options(torch.cuda.current_stream().cuda_stream or 1))
+    assert error is None, error
+    exporter, error = lib.export(tensor, torch.cuda.current_stream().cuda_stream or 1)
+    assert error is None, error
+    host = np.from_dlpack(exporter, device="cpu")
+    assert host.tolist() == t.cpu().tolist()
+
+
+passed = sum(ok for _, ok, _ in RESULTS)
+failed = len(RESULTS) - passed
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
