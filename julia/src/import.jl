@@ -40,9 +40,12 @@ caller keeps `obj` alive during the call).
 function import_dlpack(pointer_of, ::Type{T}, obj; copy::Union{Nothing,Bool}=nothing,
                        order::Symbol=:producer, readonly::Bool=false) where {T}
     unroot_released!()
+    # Every argument is checked before the tensor exists: after python_import it is owned
+    # here, and only take_tensor (which releases it on any error) may receive it.
+    order_code = index_order_code(order)
     options = import_options(T, copy)
     tensor = GC.@preserve obj python_import(pointer_of(obj), options)
-    handle = rethrowing_native(() -> Native.take_tensor(UInt(tensor), index_order_code(order), copy_code(copy), readonly))
+    handle = rethrowing_native(() -> Native.take_tensor(UInt(tensor), order_code, copy_code(copy), readonly))
     A = wrap_imported(T, handle)
     return readonly && Native.plan_kind(handle) == PLAN_VIEW ? ReadOnlyArray(A) : A
 end

@@ -61,14 +61,16 @@ function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=
     B isa StridedArray || throw(DLPackError(:buffer,
         "share needs a strided array (Array, a view with ranges, a PermutedDimsArray of one); " *
         "got $(typeof(A)). Share collect(A) instead."))
+    # Everything that can throw is checked before the array is rooted.
     code = element_code(eltype(B))
+    order_code = index_order_code(order)
     dims = collect(Int, size(B))
     steps = collect(Int, strides(B))
     device_type, device_id = array_device(B)
     id = root!(B)
     tensor = GC.@preserve B dims steps rethrowing_native() do
         Native.export_array(array_address(B), code, Int64(ndims(B)), UInt(pointer(dims)),
-                            UInt(pointer(steps)), index_order_code(order), readonly,
+                            UInt(pointer(steps)), order_code, readonly,
                             UInt32(device_type), Int32(device_id), id)
     end
     exporter = to_python(python_export(Ptr{Cvoid}(tensor), producer_stream(B)))
