@@ -193,6 +193,15 @@ impl<'a> Runs<'a> {
             let source = source_address as *const u8;
             for (i, run_out) in chunk.chunks_exact_mut(run_bytes).enumerate() {
                 let start = self.run_start(first_run + i);
+                if self.run_stride == 1 {
+                    // SAFETY: a run of `run_len` consecutive elements the tensor addresses
+                    // (function contract), disjoint from `out`, which we own.
+                    let run = unsafe {
+                        std::slice::from_raw_parts(source.offset(start * N as isize), run_bytes)
+                    };
+                    run_out.copy_from_slice(run);
+                    continue;
+                }
                 for (j, element) in run_out.chunks_exact_mut(N).enumerate() {
                     let offset = (start + j as isize * self.run_stride) * N as isize;
                     // SAFETY: `offset` is an element the tensor addresses (function contract);

@@ -9,8 +9,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::ManagedTensor;
-use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use rsdlpack::dlpark::{Managed, ManagedTensorBase};
 use std::ffi::CStr;
 use std::ptr::NonNull;
 
@@ -65,63 +65,44 @@ pub fn consume(capsule: &Bound<'_, PyAny>) -> BridgeResult<ManagedTensor> {
     Ok(tensor?)
 }
 
-/// Wraps a versioned managed tensor in a "dltensor_versioned" capsule.
-pub fn versioned_capsule<'py>(
+/// A managed-tensor ABI and the capsule name it travels under.
+pub trait CapsuleAbi: ManagedTensorBase {
+    const NAME: &'static CStr;
+}
+
+impl CapsuleAbi for DLManagedTensorVersioned {
+    const NAME: &'static CStr = VERSIONED;
+}
+
+impl CapsuleAbi for DLManagedTensor {
+    const NAME: &'static CStr = LEGACY;
+}
+
+/// Wraps a managed tensor in a capsule named for its ABI ("dltensor_versioned" or
+/// "dltensor") whose destructor frees it if nobody consumed it.
+pub fn into_capsule<'py, M: CapsuleAbi>(
     py: Python<'py>,
-    tensor: Managed<DLManagedTensorVersioned>,
+    tensor: Managed<M>,
 ) -> BridgeResult<Bound<'py, PyCapsule>> {
     let raw = NonNull::new(tensor.into_raw().cast()).expect("Managed is never null");
-    // SAFETY: `raw` is an owned tensor; `release_unconsumed_versioned` frees it iff unconsumed.
+    // SAFETY: `raw` is an owned tensor; `release_unconsumed::<M>` frees it iff unconsumed.
     let capsule = unsafe {
-        PyCapsule::new_with_pointer_and_destructor(
-            py,
-            raw,
-            VERSIONED,
-            Some(release_unconsumed_versioned),
-        )
+        PyCapsule::new_with_pointer_and_destructor(py, raw, M::NAME, Some(release_unconsumed::<M>))
     };
     capsule.map_err(|err| {
         // SAFETY: capsule creation failed, so we still own `raw`.
-        drop(unsafe { Managed::<DLManagedTensorVersioned>::from_raw(raw.as_ptr().cast()) });
+        drop(unsafe { Managed::<M>::from_raw(raw.as_ptr().cast()) });
         BridgeError::producer("PyCapsule_New", err)
     })
 }
 
-/// Wraps a legacy managed tensor in a "dltensor" capsule.
-pub fn legacy_capsule<'py>(
-    py: Python<'py>,
-    tensor: Managed<DLManagedTensor>,
-) -> BridgeResult<Bound<'py, PyCapsule>> {
-    let raw = NonNull::new(tensor.into_raw().cast()).expect("Managed is never null");
-    // SAFETY: as in `versioned_capsule`.
-    let capsule = unsafe {
-        PyCapsule::new_with_pointer_and_destructor(py, raw, LEGACY, Some(release_unconsumed_legacy))
-    };
-    capsule.map_err(|err| {
-        // SAFETY: capsule creation failed, so we still own `raw`.
-        drop(unsafe { Managed::<DLManagedTensor>::from_raw(raw.as_ptr().cast()) });
-        BridgeError::producer("PyCapsule_New", err)
-    })
-}
-
-unsafe extern "C" fn release_unconsumed_versioned(capsule: *mut ffi::PyObject) {
+unsafe extern "C" fn release_unconsumed<M: CapsuleAbi>(capsule: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule; IsValid never raises.
-    if unsafe { ffi::PyCapsule_IsValid(capsule, VERSIONED.as_ptr()) } != 1 {
+    if unsafe { ffi::PyCapsule_IsValid(capsule, M::NAME.as_ptr()) } != 1 {
         return; // consumed: the consumer owns the tensor now
     }
-    // SAFETY: valid under VERSIONED, so the pointer is our unconsumed DLManagedTensorVersioned.
-    let raw = unsafe { ffi::PyCapsule_GetPointer(capsule, VERSIONED.as_ptr()) };
+    // SAFETY: valid under M::NAME, so the pointer is our unconsumed tensor of ABI `M`.
+    let raw = unsafe { ffi::PyCapsule_GetPointer(capsule, M::NAME.as_ptr()) };
     // SAFETY: nobody else owns an unconsumed tensor; dropping it calls its deleter once.
-    drop(unsafe { Managed::<DLManagedTensorVersioned>::from_raw(raw.cast()) });
-}
-
-unsafe extern "C" fn release_unconsumed_legacy(capsule: *mut ffi::PyObject) {
-    // SAFETY: as in `release_unconsumed_versioned`, for the legacy name.
-    if unsafe { ffi::PyCapsule_IsValid(capsule, LEGACY.as_ptr()) } != 1 {
-        return;
-    }
-    // SAFETY: as above.
-    let raw = unsafe { ffi::PyCapsule_GetPointer(capsule, LEGACY.as_ptr()) };
-    // SAFETY: as above.
-    drop(unsafe { Managed::<DLManagedTensor>::from_raw(raw.cast()) });
+    drop(unsafe { Managed::<M>::from_raw(raw.cast()) });
 }

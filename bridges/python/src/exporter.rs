@@ -5,7 +5,7 @@
 //! the source lives until the exporter and every consumer are done with it. Capsules nobody
 //! consumes are freed by their destructor (see [`crate::capsule`]).
 
-use crate::capsule::{legacy_capsule, versioned_capsule};
+use crate::capsule::into_capsule;
 use crate::error::{BridgeError, BridgeResult};
 use crate::request::{
     StreamRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
@@ -61,9 +61,9 @@ impl Exporter {
         };
         match version {
             VersionRequest::Versioned { minor } => {
-                versioned_capsule(py, export_versioned(&spec, owner, minor)?)
+                into_capsule(py, export_versioned(&spec, owner, minor)?)
             }
-            VersionRequest::Legacy => legacy_capsule(py, export_legacy(&spec, owner)?),
+            VersionRequest::Legacy => into_capsule(py, export_legacy(&spec, owner)?),
         }
     }
 }
