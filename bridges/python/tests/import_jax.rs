@@ -57,6 +57,24 @@ fn every_jax_dtype_scalars_and_empty_arrays_arrive_zero_copy_as_legacy_tensors()
             ));
         }
 
+        // What the Julia package asks for an `Array` target: dl_device=(CPU, 0), and copy
+        // when requested. JAX honours dl_device for CPU arrays and still shares its memory.
+        let x = run(
+            py,
+            "import jax.numpy as jnp\nresult = jnp.arange(6.0).reshape(2, 3)",
+        );
+        let address: usize = x
+            .call_method0("unsafe_buffer_pointer")
+            .unwrap()
+            .extract()
+            .unwrap();
+        let cpu = rsdlpack_python::ImportRequest {
+            device: Some(rsdlpack::Device::CPU),
+            ..Default::default()
+        };
+        let shared = rsdlpack_python::import(&x, &cpu).unwrap();
+        assert_eq!(shared.descriptor().first_element, address);
+
         let scalar = run(
             py,
             "import jax.numpy as jnp\nresult = jnp.float32(2.5) + jnp.zeros(())",
