@@ -20,6 +20,12 @@ pub const BUFFER_ALIGN: usize = 64;
 /// Below this many bytes a copy stays on the calling thread.
 const PARALLEL_THRESHOLD: usize = 1 << 20;
 
+/// Gives the dangling pointer of an empty buffer the promised alignment.
+#[repr(align(64))]
+struct Aligned;
+
+const _: () = assert!(std::mem::align_of::<Aligned>() == BUFFER_ALIGN);
+
 /// A heap buffer aligned to [`BUFFER_ALIGN`], freed on drop.
 pub struct AlignedBuffer {
     ptr: NonNull<u8>,
@@ -32,24 +38,31 @@ unsafe impl Send for AlignedBuffer {}
 unsafe impl Sync for AlignedBuffer {}
 
 impl AlignedBuffer {
-    /// A zero-filled buffer of `len` bytes.
-    pub fn zeroed(len: usize) -> Self {
+    /// A zero-filled buffer of `len` bytes; an error (not an abort) when the memory cannot be
+    /// had, since `len` may come from a tensor's shape.
+    pub fn try_zeroed(len: usize) -> Result<Self> {
         if len == 0 {
             // An aligned dangling pointer: never dereferenced, never freed.
-            return Self {
-                ptr: NonNull::<[u8; BUFFER_ALIGN]>::dangling().cast(),
+            return Ok(Self {
+                ptr: NonNull::<Aligned>::dangling().cast(),
                 len,
-            };
+            });
         }
-        let layout = Self::layout(len);
+        let too_big = || Error::Export(format!("cannot allocate {len} bytes for a copy"));
+        let layout = Layout::from_size_align(len, BUFFER_ALIGN).map_err(|_| too_big())?;
         // SAFETY: `layout` has non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len }
+        let ptr = NonNull::new(raw).ok_or_else(too_big)?;
+        Ok(Self { ptr, len })
+    }
+
+    /// As [`Self::try_zeroed`], for sizes the caller knows to be reasonable.
+    pub fn zeroed(len: usize) -> Self {
+        Self::try_zeroed(len).expect("allocation of a known-small buffer")
     }
 
     fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, BUFFER_ALIGN).expect("buffer size fits the address space")
+        Layout::from_size_align(len, BUFFER_ALIGN).expect("checked when the buffer was allocated")
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -93,7 +106,7 @@ pub unsafe fn materialize(
     descriptor: &TensorDescriptor,
     order: IndexOrder,
 ) -> Result<AlignedBuffer> {
-    let mut buffer = AlignedBuffer::zeroed(descriptor.dense_byte_size());
+    let mut buffer = AlignedBuffer::try_zeroed(descriptor.dense_byte_size())?;
     // SAFETY: forwarded from this function's contract; the buffer has the dense size.
     unsafe { copy_into(descriptor, order, buffer.as_mut_slice()) }?;
     Ok(buffer)
@@ -309,6 +322,12 @@ mod tests {
             as_u32(&buffer),
             naive(&source, 0, &[cols, rows], &[1, cols])
         );
+    }
+
+    #[test]
+    fn empty_buffers_are_aligned_too_and_huge_ones_are_errors() {
+        assert_eq!(AlignedBuffer::zeroed(0).as_ptr() as usize % BUFFER_ALIGN, 0);
+        assert!(AlignedBuffer::try_zeroed(usize::MAX - 100).is_err());
     }
 
     #[test]

@@ -93,6 +93,17 @@ impl TensorDescriptor {
             strides: strides.clone(),
         };
         let elements = element_count(&shape).ok_or_else(overflow)?;
+        // A copy must be possible to describe: the dense size fits an isize (zero strides can
+        // make it far larger than the memory the tensor spans).
+        let dense_fits = match element {
+            ElementType::PackedBits { bits, .. } => elements.checked_mul(bits as usize).is_some(),
+            element => elements
+                .checked_mul(element.size())
+                .is_some_and(|b| b <= isize::MAX as usize),
+        };
+        if !dense_fits {
+            return Err(overflow());
+        }
         if let ElementType::PackedBits { code, bits } = element {
             let compact = compact_row_major_strides(&shape).is_some_and(|c| {
                 c.iter()
@@ -389,6 +400,15 @@ mod tests {
         ));
         let negative_ok = raw(&[3], Some(&[-1]), 64, F32);
         assert!(check(&negative_ok, None, DlpackFlags::empty()).is_ok());
+    }
+
+    #[test]
+    fn broadcasts_too_large_to_copy_are_refused() {
+        let huge = raw(&[1 << 59, 2], Some(&[0, 1]), 64, DLDataType::C128);
+        assert!(matches!(
+            check(&huge, None, DlpackFlags::empty()),
+            Err(Error::ExtentOverflow { .. })
+        ));
     }
 
     #[test]

@@ -51,7 +51,7 @@ function RsDLPack.wrap_imported(::Type{<:CuArray}, handle)
     P = unsafe_wrap(CuArray, CuPtr{T}(Native.parent_address(handle)), parent_dims; own=false)
     keeper = storage_keeper(P)
     finalizer(_ -> Native.release!(handle), keeper)
-    RsDLPack.OWNERS[keeper] = handle
+    RsDLPack.register_owner!(keeper, handle)
     return RsDLPack.compose_view(P, handle)
 end
 

@@ -14,8 +14,33 @@ index_order_code(order::Symbol) =
 copy_code(copy::Union{Nothing,Bool}) = copy === nothing ? Int8(-1) : copy ? Int8(1) : Int8(0)
 
 # Storage object (the Array on Julia 1.10, its Memory on ≥ 1.11) -> the ImportedArray that owns
-# its memory; only `unsafe_free!` looks here. Weak keys: an entry lives as long as the storage.
-const OWNERS = WeakKeyDict{Any,Any}()
+# its memory; only `unsafe_free!` looks here. Keyed by identity (objectid, confirmed through a
+# WeakRef): arrays hash by content, so a WeakKeyDict would confuse two equal imports. Entries
+# whose storage was collected are pruned as new ones arrive.
+const OWNERS = Dict{UInt,Tuple{WeakRef,Any}}()
+const OWNERS_LOCK = ReentrantLock()
+const OWNERS_PRUNE_AT = Ref(64)  # prune when the table doubles: amortised O(1) per import
+
+function register_owner!(storage, owner)
+    lock(OWNERS_LOCK) do
+        if length(OWNERS) >= OWNERS_PRUNE_AT[]
+            filter!(entry -> entry[2][1].value !== nothing, OWNERS)
+            OWNERS_PRUNE_AT[] = max(64, 2 * length(OWNERS))
+        end
+        OWNERS[objectid(storage)] = (WeakRef(storage), owner)
+    end
+    return nothing
+end
+
+"The owner registered for `storage` (removing the entry), or `nothing`."
+function take_owner!(storage)
+    lock(OWNERS_LOCK) do
+        entry = get(OWNERS, objectid(storage), nothing)
+        (entry === nothing || entry[1].value !== storage) && return nothing
+        delete!(OWNERS, objectid(storage))
+        return entry[2]
+    end
+end
 
 """
 Wraps foreign memory as an `Array` whose storage releases `owner` when collected.
@@ -34,7 +59,7 @@ function wrap_foreign(::Type{T}, address::UInt, dims::Dims{N}, owner) where {T,N
         storage = array
     end
     finalizer(_ -> Native.release!(owner), storage)
-    OWNERS[storage] = owner
+    register_owner!(storage, owner)
     return array
 end
 
@@ -74,10 +99,13 @@ function host_array(handle)
     kind = Native.plan_kind(handle)
     if kind == PLAN_EMPTY || kind == PLAN_COPY
         A = Array{T}(undef, dims_of(Native.result_ndims(handle), k -> Native.result_dim(handle, k)))
-        if kind == PLAN_COPY
-            GC.@preserve A rethrowing_native(() -> Native.copy_into!(handle, UInt(pointer(A)), UInt(sizeof(A))))
+        try
+            if kind == PLAN_COPY
+                GC.@preserve A rethrowing_native(() -> Native.copy_into!(handle, UInt(pointer(A)), UInt(sizeof(A))))
+            end
+        finally
+            Native.release!(handle)
         end
-        Native.release!(handle)
         return A
     end
     parent_dims = dims_of(Native.parent_ndims(handle), k -> Native.parent_dim(handle, k))
@@ -96,10 +124,10 @@ undefined behaviour. Arrays that `from_dlpack` copied are ordinary Julia arrays:
 """
 function unsafe_free!(A::AbstractArray)
     storage = storage_of(A)
-    owner = storage === nothing ? nothing : get(OWNERS, storage, nothing)
+    owner = storage === nothing ? nothing : take_owner!(storage)
     owner === nothing && throw(ArgumentError(
-        "unsafe_free!: this array does not share a DLPack tensor's memory (a copy, or not from from_dlpack)"))
+        "unsafe_free!: this array does not share a DLPack tensor's memory (a copy, not from " *
+        "from_dlpack, already freed, or a reshape made on Julia 1.10)"))
     Native.release!(owner)
-    delete!(OWNERS, storage)
     return nothing
 end

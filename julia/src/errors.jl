@@ -20,9 +20,10 @@ const ERROR_KINDS = Dict{Int32,Symbol}(1 => :invalid, 2 => :buffer, 3 => :not_dl
 
 error_kind(code::Integer) = get(ERROR_KINDS, Int32(code), :internal)
 
-# The jlrs bridge reports core errors as "[kind] message" (bridges/julia/src/imported.rs).
+# The jlrs bridge reports core errors as "[kind] message" (bridges/julia/src/imported.rs);
+# jlrs prefixes its exception messages with "Exception: ".
 function native_error(message::AbstractString)
-    m = match(r"^\[(buffer|invalid)\] (.*)$"s, message)
+    m = match(r"^(?:Exception: )?\[(buffer|invalid)\] (.*)$"s, message)
     return m === nothing ? DLPackError(:invalid, message) : DLPackError(Symbol(m[1]), m[2])
 end
 

@@ -46,6 +46,13 @@ function import_dlpack(pointer_of, ::Type{T}, obj; copy::Union{Nothing,Bool}=not
     options = import_options(T, copy)
     tensor = GC.@preserve obj python_import(pointer_of(obj), options)
     handle = rethrowing_native(() -> Native.take_tensor(UInt(tensor), order_code, copy_code(copy), readonly))
-    A = wrap_imported(T, handle)
-    return readonly && Native.plan_kind(handle) == PLAN_VIEW ? ReadOnlyArray(A) : A
+    A = try
+        wrap_imported(T, handle)
+    catch
+        Native.release!(handle)  # nothing wraps the tensor: release it now, not at GC
+        rethrow()
+    end
+    # A view of memory the producer marked read-only stays read-only; copies are the caller's.
+    shares_read_only = Native.plan_kind(handle) == PLAN_VIEW && Native.is_read_only(handle)
+    return readonly && shares_read_only ? ReadOnlyArray(A) : A
 end

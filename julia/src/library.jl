@@ -6,12 +6,17 @@ import Libdl
 import JlrsCore
 
 const DEPS_FILE = joinpath(@__DIR__, "..", "deps", "deps.jl")
+isfile(DEPS_FILE) && include_dependency(DEPS_FILE)  # a rebuild invalidates the precompiled cache
 
+# deps.jl is read, not evaluated: evaluating into a new module is refused while the package
+# precompiles. Each line is `const name = "path"`.
 function recorded_library(variable::Symbol)
     isfile(DEPS_FILE) || return nothing
-    recorded = Module(:RsDLPackDeps)
-    Base.include(recorded, DEPS_FILE)
-    return isdefined(recorded, variable) ? getfield(recorded, variable) : nothing
+    for line in eachline(DEPS_FILE)
+        m = match(r"^const (\w+) = (\".*\")\s*$", line)
+        m !== nothing && m[1] == String(variable) && return Meta.parse(m[2])::String
+    end
+    return nothing
 end
 
 function library_path(env::String, variable::Symbol)
@@ -24,7 +29,11 @@ function library_path(env::String, variable::Symbol)
     return path
 end
 
-"Path of the jlrs bridge (bridges/julia): no Python symbols."
+"""
+Path of the jlrs bridge (bridges/julia): no Python symbols. Read when the package
+precompiles (JlrsCore records it then): after changing RSDLPACK_JULIA_LIB, recompile
+(`Base.compilecache(Base.identify_package("RsDLPack"))` or touch the package).
+"""
 native_library_path() = library_path("RSDLPACK_JULIA_LIB", :julia_bridge)
 
 "Path of the Python bridge (bridges/python): loaded only by the PyCall/PythonCall extensions."

@@ -46,6 +46,14 @@ function share end
 array_address(A::AbstractArray) = UInt(pointer(A))
 array_device(::AbstractArray) = (KDLCPU, Int32(0))
 producer_stream(::AbstractArray) = UInt(0)
+# A permutation moves no memory: its first element and device are its parent's.
+array_address(A::PermutedDimsArray) = array_address(parent(A))
+array_device(A::PermutedDimsArray) = array_device(parent(A))
+producer_stream(A::PermutedDimsArray) = producer_stream(parent(A))
+
+"Whether `share` can describe `A` with one pointer and strides (Base's StridedArray misses PermutedDimsArray)."
+is_strided(A::AbstractArray) = A isa StridedArray
+is_strided(A::PermutedDimsArray) = is_strided(parent(A))
 
 """
     share_array(to_python, call, A, consumer; order)
@@ -58,7 +66,7 @@ function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=
     unroot_released!()
     readonly = A isa ReadOnlyArray
     B = readonly ? parent(A) : A
-    B isa StridedArray || throw(DLPackError(:buffer,
+    is_strided(B) || throw(DLPackError(:buffer,
         "share needs a strided array (Array, a view with ranges, a PermutedDimsArray of one); " *
         "got $(typeof(A)). Share collect(A) instead."))
     # Everything that can throw is checked before the array is rooted.

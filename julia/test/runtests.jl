@@ -38,6 +38,8 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
         e = RsDLPack.native_error("[buffer] a zero-copy view is impossible")
         @test e.kind == :buffer && e.message == "a zero-copy view is impossible"
         @test RsDLPack.native_error("plain").kind == :invalid
+        jlrs_style = RsDLPack.native_error("Exception: [buffer] read-only")  # as jlrs formats it
+        @test jlrs_style.kind == :buffer && jlrs_style.message == "read-only"
         @test RsDLPack.error_kind(2) == :buffer && RsDLPack.error_kind(77) == :internal
         @test sprint(showerror, DLPackError(:invalid, "x")) == "DLPackError (invalid): x"
         o = RsDLPack.ImportOptions(; stream=5, device=(2, 1), copy=false)

@@ -60,6 +60,8 @@ pub(crate) fn call(status: sys::CUresult, what: &'static str) -> Result<()> {
 /// The primary context of a device, pushed as current for the guard's lifetime.
 pub(crate) struct DeviceContext {
     device: sys::CUdevice,
+    /// Pushed on this thread's context stack: must be popped on the same thread.
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl DeviceContext {
@@ -82,7 +84,10 @@ impl DeviceContext {
             let _ = unsafe { result::primary_ctx::release(device) };
             return Err(e);
         }
-        Ok(Self { device })
+        Ok(Self {
+            device,
+            _not_send: std::marker::PhantomData,
+        })
     }
 }
 
@@ -112,14 +117,15 @@ mod tests {
         assert!(matches!(driver(), Err(Error::NoCudaDriver)));
         assert!(!driver_available());
         assert!(matches!(DeviceContext::enter(0), Err(Error::NoCudaDriver)));
-        assert!(matches!(
-            stream_info::describe_stream(0x1234),
-            Err(Error::NoCudaDriver)
-        ));
-        assert!(matches!(
-            order::order_streams(0, 0x1234, 0x5678),
-            Err(Error::NoCudaDriver)
-        ));
+        // SAFETY: without a driver both return before any handle is used.
+        let (described, ordered) = unsafe {
+            (
+                stream_info::describe_stream(0x1234),
+                order::order_streams(0, 0x1234, 0x5678),
+            )
+        };
+        assert!(matches!(described, Err(Error::NoCudaDriver)));
+        assert!(matches!(ordered, Err(Error::NoCudaDriver)));
         let message = Error::NoCudaDriver.to_string();
         assert!(message.contains("dl_device=(CPU, 0)"), "{message}");
     }

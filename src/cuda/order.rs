@@ -8,7 +8,11 @@ use cudarc::driver::sys;
 /// Records an event on `producer` and makes `consumer` wait for it. Both are `CUstream`
 /// handles (1 = legacy default, 2 = per-thread default) on device `ordinal`. Equal streams
 /// need nothing.
-pub fn order_streams(ordinal: i32, producer: usize, consumer: usize) -> Result<()> {
+///
+/// # Safety
+/// `producer` and `consumer` must be 1, 2 or live `CUstream`s of device `ordinal`: the driver
+/// dereferences them and does not validate arbitrary values.
+pub unsafe fn order_streams(ordinal: i32, producer: usize, consumer: usize) -> Result<()> {
     let _context = DeviceContext::enter(ordinal)?;
     if producer == consumer {
         return Ok(());
@@ -18,8 +22,7 @@ pub fn order_streams(ordinal: i32, producer: usize, consumer: usize) -> Result<(
     // SAFETY: `event` is a valid out-pointer; the primary context is current.
     let status = unsafe { sys::cuEventCreate(&mut event, flags) };
     call(status, "cuEventCreate")?;
-    // SAFETY: `event` was just created; the streams are handles the caller vouches for (a bad
-    // handle is reported by the driver, not undefined behaviour, for valid-looking values).
+    // SAFETY: `event` was just created; the streams are live (function contract).
     let status = unsafe { sys::cuEventRecord(event, producer as sys::CUstream) };
     let recorded = call(status, "cuEventRecord").and_then(|()| {
         // SAFETY: as above.

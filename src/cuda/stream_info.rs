@@ -18,7 +18,11 @@ pub struct StreamDescription {
 
 /// Describes the stream `handle` (a real `CUstream`, not the special values 0, 1, 2, which
 /// mean "whatever context is current" and have no context of their own).
-pub fn describe_stream(handle: usize) -> Result<StreamDescription> {
+///
+/// # Safety
+/// `handle` must be 0, 1, 2 (refused) or a live `CUstream`: the driver dereferences it and does
+/// not validate arbitrary values.
+pub unsafe fn describe_stream(handle: usize) -> Result<StreamDescription> {
     super::driver()?;
     if handle <= 2 {
         return Err(Error::Stream(format!(
@@ -28,7 +32,7 @@ pub fn describe_stream(handle: usize) -> Result<StreamDescription> {
     }
     let stream = handle as sys::CUstream;
     let mut context: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: out-pointer valid; the driver validates the handle.
+    // SAFETY: out-pointer valid; `stream` is live (function contract).
     let status = unsafe { sys::cuStreamGetCtx(stream, &mut context) };
     call(status, "cuStreamGetCtx")?;
     // SAFETY: `context` came from the driver; popped right after.
@@ -43,11 +47,11 @@ pub fn describe_stream(handle: usize) -> Result<StreamDescription> {
     let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
     got_device?;
     let mut flags: u32 = 0;
-    // SAFETY: out-pointer valid.
+    // SAFETY: out-pointer valid; `stream` is live (function contract).
     let status = unsafe { sys::cuStreamGetFlags(stream, &mut flags) };
     call(status, "cuStreamGetFlags")?;
     let mut priority: i32 = 0;
-    // SAFETY: out-pointer valid.
+    // SAFETY: out-pointer valid; `stream` is live (function contract).
     let status = unsafe { sys::cuStreamGetPriority(stream, &mut priority) };
     call(status, "cuStreamGetPriority")?;
     Ok(StreamDescription {
@@ -68,7 +72,8 @@ mod tests {
             return; // covered by the no-driver test in cuda/mod.rs
         }
         for alias in [0, 1, 2] {
-            let message = describe_stream(alias).unwrap_err().to_string();
+            // SAFETY: aliases are refused before the driver sees them.
+            let message = unsafe { describe_stream(alias) }.unwrap_err().to_string();
             assert!(message.contains("default-stream alias"), "{message}");
         }
     }

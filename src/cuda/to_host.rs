@@ -19,7 +19,11 @@ pub struct HostCopy {
 }
 
 /// Copies `descriptor`'s elements from the device, ordered after `stream`'s work.
-pub fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<HostCopy> {
+///
+/// # Safety
+/// `stream` must be 1, 2 or a live `CUstream` of the tensor's device, and `descriptor` must
+/// describe live device memory (a validated import).
+pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<HostCopy> {
     if descriptor.device.kind != crate::device::DeviceKind::Cuda {
         return Err(Error::Export(format!(
             "{:?} is not device memory",
@@ -28,7 +32,7 @@ pub fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<Host
     }
     let _context = DeviceContext::enter(descriptor.device.id)?;
     let (low, high) = descriptor.byte_span();
-    let span = AlignedBuffer::zeroed((high - low) as usize);
+    let span = AlignedBuffer::try_zeroed((high - low) as usize)?;
     if !span.is_empty() {
         let source = (descriptor.first_element as i64 + low) as sys::CUdeviceptr;
         let (destination, bytes) = (span.as_ptr().cast(), span.len());
@@ -38,7 +42,7 @@ pub fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<Host
             sys::cuMemcpyDtoHAsync_v2(destination, source, bytes, stream as sys::CUstream)
         };
         call(status, "cuMemcpyDtoHAsync")?;
-        // SAFETY: a stream handle the caller vouches for.
+        // SAFETY: `stream` is live (function contract).
         let status = unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) };
         call(status, "cuStreamSynchronize")?;
     }

@@ -20,56 +20,85 @@ pub(crate) struct Link {
 /// stride itself is tried. Real strides are far smaller: 2⁴⁰ elements is a terabyte.
 const DIVISOR_SEARCH_LIMIT: u64 = 1 << 40;
 
-/// Parent strides for `links` (sorted by stride), or `None` if no dense parent holds them.
-pub(crate) fn nest(links: &[Link]) -> Option<Vec<u64>> {
+/// Work (search steps plus trial divisions) one plan may spend before giving up on a view:
+/// adversarial strides with many divisors must not stall an import. Real layouts need a few
+/// hundred steps.
+const WORK_BUDGET: u64 = 20_000_000;
+
+/// Why no parent was found.
+pub(crate) const NO_NEST: &str = "the strides overlap or do not nest into one array";
+pub(crate) const OVER_BUDGET: &str = "the strides are too irregular to plan a view quickly";
+
+/// Parent strides for `links` (sorted by stride), or why no dense parent holds them.
+pub(crate) fn nest(links: &[Link]) -> Result<Vec<u64>, &'static str> {
     if links.is_empty() {
-        return Some(Vec::new());
+        return Ok(Vec::new());
     }
-    let mut dead_ends = HashSet::new();
+    let mut search = Search {
+        links,
+        dead_ends: HashSet::new(),
+        work: 0,
+    };
     let mut parent_strides = Vec::with_capacity(links.len());
-    search(links, 0, 1, &mut dead_ends, &mut parent_strides).then_some(parent_strides)
+    if search.step(0, 1, &mut parent_strides) {
+        Ok(parent_strides)
+    } else if search.work > WORK_BUDGET {
+        Err(OVER_BUDGET)
+    } else {
+        Err(NO_NEST)
+    }
 }
 
-fn search(
-    links: &[Link],
-    j: usize,
-    p: u64,
-    dead_ends: &mut HashSet<(usize, u64)>,
-    out: &mut Vec<u64>,
-) -> bool {
-    if !links[j].stride.is_multiple_of(p) {
-        return false;
-    }
-    out.push(p);
-    if j + 1 == links.len() {
-        return true;
-    }
-    let fits = (links[j].len - 1)
-        .checked_mul(links[j].stride)
-        .and_then(|reach| reach.checked_add(p));
-    let next = links[j + 1].stride;
-    if let Some(bound) = fits.filter(|_| next.is_multiple_of(p)) {
-        let quotient = next / p;
-        let smallest = bound.div_ceil(p);
-        for q in divisors_at_least(quotient, smallest) {
-            let candidate = p * q;
-            if dead_ends.contains(&(j + 1, candidate)) {
-                continue;
-            }
-            if search(links, j + 1, candidate, dead_ends, out) {
-                return true;
-            }
-            dead_ends.insert((j + 1, candidate));
+/// A depth-first search over admissible parent strides, smallest first.
+struct Search<'a> {
+    links: &'a [Link],
+    /// (level, parent stride) pairs known not to lead to a parent.
+    dead_ends: HashSet<(usize, u64)>,
+    work: u64,
+}
+
+impl Search<'_> {
+    /// Tries parent stride `p` for link `j`, extending `out` on success.
+    fn step(&mut self, j: usize, p: u64, out: &mut Vec<u64>) -> bool {
+        self.work += 1;
+        let links = self.links;
+        if self.work > WORK_BUDGET || !links[j].stride.is_multiple_of(p) {
+            return false;
         }
+        out.push(p);
+        if j + 1 == links.len() {
+            return true;
+        }
+        let fits = (links[j].len - 1)
+            .checked_mul(links[j].stride)
+            .and_then(|reach| reach.checked_add(p));
+        let next = links[j + 1].stride;
+        if let Some(bound) = fits.filter(|_| next.is_multiple_of(p)) {
+            let (divisors, cost) = divisors_at_least(next / p, bound.div_ceil(p));
+            self.work += cost;
+            for q in divisors {
+                let candidate = p * q;
+                if self.dead_ends.contains(&(j + 1, candidate)) {
+                    continue;
+                }
+                if self.step(j + 1, candidate, out) {
+                    return true;
+                }
+                if self.work > WORK_BUDGET {
+                    break;
+                }
+                self.dead_ends.insert((j + 1, candidate));
+            }
+        }
+        out.pop();
+        false
     }
-    out.pop();
-    false
 }
 
-/// Divisors of `n` that are ≥ `at_least`, ascending.
-fn divisors_at_least(n: u64, at_least: u64) -> Vec<u64> {
+/// Divisors of `n` that are ≥ `at_least`, ascending, and the trial divisions it took.
+fn divisors_at_least(n: u64, at_least: u64) -> (Vec<u64>, u64) {
     if n > DIVISOR_SEARCH_LIMIT {
-        return if n >= at_least { vec![n] } else { vec![] };
+        return (if n >= at_least { vec![n] } else { vec![] }, 1);
     }
     let mut small = Vec::new();
     let mut large = Vec::new();
@@ -85,7 +114,7 @@ fn divisors_at_least(n: u64, at_least: u64) -> Vec<u64> {
     }
     small.extend(large.into_iter().rev());
     small.retain(|&d| d >= at_least);
-    small
+    (small, d)
 }
 
 #[cfg(test)]
@@ -101,10 +130,7 @@ mod tests {
 
     #[test]
     fn dense_strides_nest_as_themselves() {
-        assert_eq!(
-            nest(&links(&[(4, 1), (3, 4), (2, 12)])),
-            Some(vec![1, 4, 12])
-        );
+        assert_eq!(nest(&links(&[(4, 1), (3, 4), (2, 12)])), Ok(vec![1, 4, 12]));
     }
 
     #[test]
@@ -112,28 +138,38 @@ mod tests {
         // a[:, ::4, ::4] of a 6×6×6 C-order array, sorted by stride.
         assert_eq!(
             nest(&links(&[(2, 4), (2, 24), (6, 36)])),
-            Some(vec![1, 6, 36])
+            Ok(vec![1, 6, 36])
         );
     }
 
     #[test]
     fn overlapping_and_non_nesting_strides_do_not() {
-        assert_eq!(nest(&links(&[(3, 1), (2, 2)])), None, "overlap");
+        assert_eq!(nest(&links(&[(3, 1), (2, 2)])), Err(NO_NEST), "overlap");
         assert_eq!(
             nest(&links(&[(2, 2), (2, 3)])),
-            Some(vec![1, 3]),
+            Ok(vec![1, 3]),
             "parent 3×2, steps 2 and 1"
         );
         assert_eq!(
             nest(&links(&[(3, 2), (2, 3)])),
-            None,
+            Err(NO_NEST),
             "disjoint but interleaved: 0 2 4 / 3 5 7"
         );
     }
 
     #[test]
     fn divisors_are_ascending_and_filtered() {
-        assert_eq!(divisors_at_least(36, 5), vec![6, 9, 12, 18, 36]);
-        assert_eq!(divisors_at_least(1 << 50, 3), vec![1 << 50]);
+        assert_eq!(divisors_at_least(36, 5).0, vec![6, 9, 12, 18, 36]);
+        assert_eq!(divisors_at_least(1 << 50, 3).0, vec![1 << 50]);
+    }
+
+    #[test]
+    fn adversarial_strides_hit_the_work_budget_instead_of_stalling() {
+        // 32 dims whose strides are highly composite and barely fail to nest: the search
+        // would branch on hundreds of divisors per level without the budget.
+        let composite = 963_761_198_400u64; // 6720 divisors, < 2^40
+        let mut chain: Vec<(u64, u64)> = (0..31).map(|k| (2, composite * (k + 1))).collect();
+        chain.insert(0, (2, 1));
+        assert_eq!(nest(&links(&chain)), Err(OVER_BUDGET));
     }
 }

@@ -16,6 +16,12 @@
 //!
 //! When no composition exists (a zero stride repeats elements, strides overlap, or strides do
 //! not nest into a parent) the plan says a copy is needed, and [`crate::copy`] makes one.
+//!
+//! The parent may reach past the tensor's last element: a view of `a[:, 3:5]` of a 2×5
+//! row-major array needs a 5×2 parent starting at element 3, whose last three elements lie
+//! beyond the tensor. The view never touches them, but the parent (`parent(parent(R))` in
+//! Julia) claims them: index the array, never its parent. [`ViewPlan::parent_overhang`] says
+//! how many bytes that is.
 
 mod chain;
 
@@ -124,6 +130,16 @@ impl ViewPlan {
         self.permutation.iter().enumerate().all(|(k, &p)| k == p)
     }
 
+    /// Bytes the parent claims beyond the tensor's last element (see the module docs); 0 for
+    /// contiguous tensors in either order.
+    pub fn parent_overhang(&self, descriptor: &TensorDescriptor) -> usize {
+        let size = descriptor.element.size();
+        let parent_bytes = self.parent_dims.iter().product::<usize>() * size;
+        let (_, end) = descriptor.byte_span();
+        let parent_end = self.parent_byte_offset as i64 + parent_bytes as i64;
+        (parent_end - end).max(0) as usize
+    }
+
     /// The dims of the resulting Julia array.
     pub fn result_dims(&self) -> Vec<usize> {
         self.permutation
@@ -222,8 +238,7 @@ fn plan_view(
             stride: strides[k].unsigned_abs(),
         })
         .collect();
-    let parent_strides =
-        chain::nest(&links).ok_or("the strides overlap or do not nest into one array")?;
+    let parent_strides = chain::nest(&links)?;
 
     // Parent order: the varying dims by increasing stride, each length-1 dim placed right
     // after the varying dim that precedes it in result order (so F-order stays identity).

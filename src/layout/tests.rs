@@ -99,6 +99,22 @@ fn column_major_with_unit_dims_stays_a_plain_array() {
 }
 
 #[test]
+fn contiguous_tensors_have_no_overhang_and_column_slices_do() {
+    let dense = descriptor(&[2, 5], &[5, 1], ElementType::Float32);
+    let LayoutPlan::View(view) = plan(&dense, IndexOrder::Producer, CopyPolicy::Never).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(view.parent_overhang(&dense), 0);
+    let columns = descriptor(&[2, 2], &[5, 1], ElementType::Float32); // a[:, 3:5] of 2×5
+    let LayoutPlan::View(view) = plan(&columns, IndexOrder::Producer, CopyPolicy::Never).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(view.parent_overhang(&columns), 3 * 4);
+}
+
+#[test]
 fn reversed_vector_starts_below_the_first_element() {
     let d = descriptor(&[5], &[-1], ElementType::Int32);
     let LayoutPlan::View(view) = plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap() else {

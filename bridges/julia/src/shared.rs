@@ -58,6 +58,12 @@ pub fn export_array(
         .ok_or_else(|| error(format!("unknown element code {element_code}")))?;
     let ndims = usize::try_from(ndims)
         .map_err(|_| error(format!("ndims must be non-negative, got {ndims}")))?;
+    if ndims > rsdlpack::descriptor::MAX_NDIM {
+        return Err(error(format!(
+            "[buffer] a {ndims}-dimensional array has no DLPack export here (at most {} dims)",
+            rsdlpack::descriptor::MAX_NDIM
+        )));
+    }
     if ndims > 0 && (dims_address == 0 || strides_address == 0) {
         return Err(error("dims and strides must not be null"));
     }

@@ -101,8 +101,19 @@ unsafe extern "C" fn release_unconsumed<M: CapsuleAbi>(capsule: *mut ffi::PyObje
     if unsafe { ffi::PyCapsule_IsValid(capsule, M::NAME.as_ptr()) } != 1 {
         return; // consumed: the consumer owns the tensor now
     }
+    // The deleter may run Python code (a Python producer's deleter behind our source), and a
+    // destructor may be called while an exception is being raised: keep that exception.
+    let (mut kind, mut value, mut traceback) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    // SAFETY: the GIL is held (Python calls destructors with it); out-pointers are valid.
+    unsafe { ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback) };
     // SAFETY: valid under M::NAME, so the pointer is our unconsumed tensor of ABI `M`.
     let raw = unsafe { ffi::PyCapsule_GetPointer(capsule, M::NAME.as_ptr()) };
     // SAFETY: nobody else owns an unconsumed tensor; dropping it calls its deleter once.
     drop(unsafe { Managed::<M>::from_raw(raw.cast()) });
+    // SAFETY: restores exactly what was fetched (ownership of the three references returns).
+    unsafe { ffi::PyErr_Restore(kind, value, traceback) };
 }

@@ -64,21 +64,33 @@ impl RsdlImportOptions {
     }
 }
 
-fn write_error(error_out: *mut *mut c_char, message: String) {
-    if error_out.is_null() {
-        return;
+/// Where an entry point writes its error message: a `char**` the caller lent, or nowhere.
+#[derive(Clone, Copy)]
+struct ErrorOut(*mut *mut c_char);
+
+impl ErrorOut {
+    /// # Safety
+    /// `pointer` must be null or writable for the rest of the entry point's call.
+    unsafe fn new(pointer: *mut *mut c_char) -> Self {
+        Self(pointer)
     }
-    let message = CString::new(message.replace('\0', " ")).expect("NULs were replaced");
-    // SAFETY: the caller passed a writable `char**` (checked non-null above).
-    unsafe { *error_out = message.into_raw() };
+
+    fn write(self, message: String) {
+        if self.0.is_null() {
+            return;
+        }
+        let message = CString::new(message.replace('\0', " ")).expect("NULs were replaced");
+        // SAFETY: non-null, and writable by the contract of `ErrorOut::new`.
+        unsafe { *self.0 = message.into_raw() };
+    }
 }
 
 /// Runs `body`, catching panics; returns 0 or an [`ErrorCode`] with its message written.
-fn trampoline(error_out: *mut *mut c_char, body: impl FnOnce() -> BridgeResult<()>) -> i32 {
+fn trampoline(error_out: ErrorOut, body: impl FnOnce() -> BridgeResult<()>) -> i32 {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => 0,
         Ok(Err(error)) => {
-            write_error(error_out, error.to_string());
+            error_out.write(error.to_string());
             error.code() as i32
         }
         Err(panic) => {
@@ -87,10 +99,9 @@ fn trampoline(error_out: *mut *mut c_char, body: impl FnOnce() -> BridgeResult<(
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            write_error(
-                error_out,
-                format!("internal error in RsDLPack (please report): {what}"),
-            );
+            error_out.write(format!(
+                "internal error in RsDLPack (please report): {what}"
+            ));
             ErrorCode::Internal as i32
         }
     }
@@ -123,6 +134,8 @@ pub unsafe extern "C" fn rsdlpack_py_import(
     out: *mut *mut DLManagedTensorVersioned,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
     trampoline(error_out, || {
         if object.is_null() || out.is_null() {
             return Err(BridgeError::Argument(
@@ -178,6 +191,8 @@ pub unsafe extern "C" fn rsdlpack_py_export_with_stream(
     out: *mut *mut ffi::PyObject,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
     trampoline(error_out, || {
         // SAFETY: ownership of `tensor` passes to us (caller's contract).
         let owned = ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(tensor) }?)?;
@@ -206,20 +221,24 @@ pub extern "C" fn rsdlpack_cuda_driver_available() -> i32 {
 /// Describes the CUDA stream `handle` (context, device, flags, priority) into `*out`.
 ///
 /// # Safety
-/// `out` writable; `error_out` null or writable.
+/// `handle` must be 0, 1, 2 (refused) or a live `CUstream`; `out` writable; `error_out` null
+/// or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsdlpack_cuda_describe_stream(
     handle: usize,
     out: *mut StreamDescription,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
     trampoline(error_out, || {
         if out.is_null() {
             return Err(BridgeError::Argument(
                 "rsdlpack_cuda_describe_stream: out must not be null".into(),
             ));
         }
-        let description = rsdlpack::cuda::stream_info::describe_stream(handle)?;
+        // SAFETY: `handle` is 0, 1, 2 or a live stream (this entry point's contract).
+        let description = unsafe { rsdlpack::cuda::stream_info::describe_stream(handle) }?;
         // SAFETY: `out` is writable (checked non-null; caller's contract).
         unsafe { *out = description };
         Ok(())
@@ -228,17 +247,22 @@ pub unsafe extern "C" fn rsdlpack_cuda_describe_stream(
 
 /// Makes the CUDA stream `consumer` wait (with an event) for the work enqueued so far on
 /// `producer`, on device `device`. The host does not wait.
+///
+/// # Safety
+/// `producer` and `consumer` must be 1, 2 or live `CUstream`s of `device`; `error_out` null
+/// or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn rsdlpack_cuda_order_streams(
+pub unsafe extern "C" fn rsdlpack_cuda_order_streams(
     device: i32,
     producer: usize,
     consumer: usize,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
     trampoline(error_out, || {
-        Ok(rsdlpack::cuda::order::order_streams(
-            device, producer, consumer,
-        )?)
+        // SAFETY: forwarded from this entry point's contract.
+        Ok(unsafe { rsdlpack::cuda::order::order_streams(device, producer, consumer) }?)
     })
 }
 

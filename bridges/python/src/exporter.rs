@@ -69,6 +69,14 @@ impl Exporter {
 }
 
 impl Exporter {
+    /// A capsule over the source itself. Several capsules share the memory, so none may claim
+    /// IS_COPIED (a private copy), whatever the source said.
+    fn shared(&self) -> (ExportSpec, CapsuleOwner) {
+        let mut spec = ExportSpec::of(self.source.tensor.descriptor());
+        spec.is_copied = false;
+        (spec, CapsuleOwner::Shared(Arc::clone(&self.source)))
+    }
+
     fn export_host(
         &self,
         stream: StreamRequest,
@@ -91,22 +99,22 @@ impl Exporter {
             )));
         }
         if copy != Some(true) {
-            return Ok((
-                ExportSpec::of(descriptor),
-                CapsuleOwner::Shared(Arc::clone(&self.source)),
-            ));
+            return Ok(self.shared());
         }
         // SAFETY: the source's memory is alive (we own it) and host-readable (materialize
-        // refuses other devices); exporters are read-only views, nobody writes meanwhile.
+        // refuses other devices). Holders of earlier capsules may write it concurrently: DLPack
+        // leaves synchronising writers of shared memory to its users, and the copy moves plain
+        // bytes, so a racing writer yields a mix of old and new values, never invalid ones.
         let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
         let dims: Vec<usize> = descriptor.shape.iter().map(|&n| n as usize).collect();
         let mut strides = vec![1isize; dims.len()];
         for k in 1..dims.len() {
             strides[k] = strides[k - 1] * dims[k - 1].max(1) as isize;
         }
+        // The copy is ordinary host memory, whatever the source was (CUDAHost, CUDAManaged).
         let mut spec = ExportSpec::from_julia_layout(
             buffer.as_ptr() as usize,
-            descriptor.device,
+            rsdlpack::Device::CPU,
             descriptor.element,
             &dims,
             &strides,
@@ -134,7 +142,9 @@ impl Exporter {
                         descriptor.device
                     )));
                 }
-                let host = rsdlpack::cuda::to_host::copy_to_host(descriptor, producer)?;
+                // SAFETY: `producer` is the stream the exporter's creator named for this memory
+                // (rsdlpack_py_export_with_stream's contract) or the legacy default stream.
+                let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
                 let spec = ExportSpec::of(&host.descriptor);
                 Ok((spec, CapsuleOwner::HostCopy(host)))
             }
@@ -149,12 +159,17 @@ impl Exporter {
             )),
             _ => {
                 if let Some(consumer) = stream.cuda_handle() {
-                    rsdlpack::cuda::order::order_streams(descriptor.device.id, producer, consumer)?;
+                    // SAFETY: `producer` as above; `consumer` is the stream the DLPack consumer
+                    // will use, which the protocol requires to be live on this device.
+                    unsafe {
+                        rsdlpack::cuda::order::order_streams(
+                            descriptor.device.id,
+                            producer,
+                            consumer,
+                        )
+                    }?;
                 }
-                Ok((
-                    ExportSpec::of(descriptor),
-                    CapsuleOwner::Shared(Arc::clone(&self.source)),
-                ))
+                Ok(self.shared())
             }
         }
     }

@@ -93,7 +93,8 @@ fn check_result(
             "copy=false was requested but {source} holds a copy (IS_COPIED)"
         )));
     }
-    if found.kind.is_cuda() {
+    // An empty tensor may carry any pointer (torch: null); there is nothing to check.
+    if found.kind.is_cuda() && tensor.descriptor().element_count() > 0 {
         rsdlpack::cuda::pointer::check_pointer(tensor.descriptor())?;
     }
     Ok(tensor)

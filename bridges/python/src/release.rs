@@ -28,6 +28,10 @@ unsafe extern "C" {
 }
 
 /// Whether the calling thread holds the GIL of a running interpreter.
+///
+/// Known limit: CPython disables this check once a subinterpreter exists (it then always
+/// answers yes), so with subinterpreters a release on a thread without the GIL would take it
+/// and could block. Julia's PyCall and PythonCall use the main interpreter only.
 pub fn this_thread_holds_the_gil() -> bool {
     // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
     if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {

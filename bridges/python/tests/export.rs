@@ -250,3 +250,34 @@ fn python_tensors_round_trip_through_the_exporter() {
         );
     });
 }
+
+#[test]
+fn shared_capsules_never_claim_a_private_copy() {
+    Python::attach(|py| {
+        // A source the producer copied for us (IS_COPIED) ...
+        let array = run(py, "result = np.arange(4.0)");
+        let request = rsdlpack_python::ImportRequest {
+            copy: Some(true),
+            ..Default::default()
+        };
+        let copied = rsdlpack_python::import(&array, &request).unwrap();
+        assert!(copied.descriptor().is_copied);
+        let rewrapped = rsdlpack_python::release::rewrap(copied).unwrap();
+        // SAFETY: the rewrapped tensor is ours to hand over.
+        let owned = ImportedTensor::new(
+            unsafe { ManagedTensor::from_versioned_raw(rewrapped.into_raw()) }.unwrap(),
+        )
+        .unwrap();
+        let g = with_exporter(
+            py,
+            owned,
+            "first = exporter.__dlpack__(max_version=(1, 3))\nsecond = exporter.__dlpack__(max_version=(1, 3))",
+        );
+        // ... is shared by every capsule, so none of them may say IS_COPIED.
+        for name in ["first", "second"] {
+            let capsule = g.get_item(name).unwrap().unwrap();
+            let tensor = import_default(&capsule);
+            assert!(!tensor.descriptor().is_copied, "{name}");
+        }
+    });
+}
