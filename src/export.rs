@@ -90,6 +90,25 @@ impl ExportSpec {
         }
     }
 
+    /// The spec of a copy of `descriptor` that [`crate::copy::materialize`] made at `address`
+    /// with [`IndexOrder::Producer`]: same shape, column-major strides, ordinary host memory
+    /// (whatever the source was), writable, and IS_COPIED.
+    pub fn of_copy(descriptor: &TensorDescriptor, address: usize) -> Self {
+        let mut strides = vec![1i64; descriptor.shape.len()];
+        for k in 1..strides.len() {
+            strides[k] = strides[k - 1] * descriptor.shape[k - 1].max(1);
+        }
+        Self {
+            first_element: address,
+            device: Device::CPU,
+            element: descriptor.element,
+            shape: descriptor.shape.clone(),
+            strides,
+            read_only: false,
+            is_copied: true,
+        }
+    }
+
     fn flags(&self) -> DlpackFlags {
         let mut flags = DlpackFlags::empty();
         flags.set(DlpackFlags::READ_ONLY, self.read_only);
@@ -248,6 +267,22 @@ mod tests {
         let managed = export_versioned(&spec, owner, 99).unwrap();
         assert_eq!(managed.flags(), DlpackFlags::READ_ONLY);
         assert_eq!(managed.version(), DLPackVersion::CURRENT);
+    }
+
+    #[test]
+    fn a_copy_is_column_major_host_memory_marked_copied() {
+        let mut source = crate::test_support::descriptor(&[2, 3, 4], &[12, 4, 1]);
+        source.device = Device {
+            kind: crate::device::DeviceKind::CudaManaged,
+            id: 0,
+        };
+        source.read_only = true;
+        let spec = ExportSpec::of_copy(&source, 4096);
+        assert_eq!(spec.strides, vec![1, 2, 6]);
+        assert_eq!(
+            (spec.device, spec.read_only, spec.is_copied),
+            (Device::CPU, false, true)
+        );
     }
 
     #[test]

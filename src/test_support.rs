@@ -7,6 +7,20 @@ use dlpark::ffi::DLManagedTensorVersioned;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// A Float32 host descriptor over a fake address (for planning and specs, never read).
+pub fn descriptor(shape: &[i64], strides: &[i64]) -> crate::TensorDescriptor {
+    crate::TensorDescriptor {
+        first_element: 1 << 20,
+        device: Device::CPU,
+        element: ElementType::Float32,
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        read_only: false,
+        is_copied: false,
+        version: None,
+    }
+}
+
 /// An owner that counts how often it has been released.
 pub struct CountingOwner(Arc<AtomicUsize>);
 

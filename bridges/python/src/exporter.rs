@@ -106,21 +106,7 @@ impl Exporter {
         // leaves synchronising writers of shared memory to its users, and the copy moves plain
         // bytes, so a racing writer yields a mix of old and new values, never invalid ones.
         let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
-        let dims: Vec<usize> = descriptor.shape.iter().map(|&n| n as usize).collect();
-        let mut strides = vec![1isize; dims.len()];
-        for k in 1..dims.len() {
-            strides[k] = strides[k - 1] * dims[k - 1].max(1) as isize;
-        }
-        // The copy is ordinary host memory, whatever the source was (CUDAHost, CUDAManaged).
-        let mut spec = ExportSpec::from_julia_layout(
-            buffer.as_ptr() as usize,
-            rsdlpack::Device::CPU,
-            descriptor.element,
-            &dims,
-            &strides,
-            IndexOrder::Producer,
-        )?;
-        spec.is_copied = true;
+        let spec = ExportSpec::of_copy(descriptor, buffer.as_ptr() as usize);
         Ok((spec, CapsuleOwner::Copy(buffer)))
     }
 
