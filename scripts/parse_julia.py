@@ -30,7 +30,8 @@ def main(roots):
             kind = "missing " + node.type if node.is_missing else "syntax error"
             print(f"{path}:{row + 1}:{column + 1}: {kind}")
         bad += bool(found)
-    print(f"parsed {len(files)} Julia files: {len(files) - bad} passed, {bad} failed")
+    print(f"parsed {len(files)} Julia files")
+    print(f"julia-parse: {len(files) - bad} passed, {bad} failed")
     return 1 if bad or not files else 0
 
 

@@ -16,7 +16,7 @@ def test_a_syntax_error_fails_the_check(tmp_path):
     (tmp_path / "bad.jl").write_text("function g(x\n    x +\nend\n")
     result = run(tmp_path)
     assert result.returncode == 1
-    assert "bad.jl:1:1" in result.stdout and "1 passed, 1 failed" in result.stdout
+    assert "bad.jl:1:1" in result.stdout and "julia-parse: 1 passed, 1 failed" in result.stdout
 
 
 def test_the_package_parses():
