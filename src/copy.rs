@@ -239,25 +239,8 @@ impl<'a> Runs<'a> {
 mod tests {
     use super::*;
     use crate::device::Device;
+    use crate::test_support::host_descriptor as descriptor;
     use proptest::prelude::*;
-
-    fn descriptor(
-        first_element: usize,
-        shape: &[i64],
-        strides: &[i64],
-        element: ElementType,
-    ) -> TensorDescriptor {
-        TensorDescriptor {
-            first_element,
-            device: Device::CPU,
-            element,
-            shape: shape.to_vec(),
-            strides: strides.to_vec(),
-            read_only: false,
-            is_copied: false,
-            version: None,
-        }
-    }
 
     /// The copy by definition: element at Julia index (column-major over `dims`).
     fn naive(source: &[u32], base: isize, shape: &[i64], strides: &[i64]) -> Vec<u32> {

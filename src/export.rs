@@ -271,7 +271,12 @@ mod tests {
 
     #[test]
     fn a_copy_is_column_major_host_memory_marked_copied() {
-        let mut source = crate::test_support::descriptor(&[2, 3, 4], &[12, 4, 1]);
+        let mut source = crate::test_support::host_descriptor(
+            4096,
+            &[2, 3, 4],
+            &[12, 4, 1],
+            ElementType::Float32,
+        );
         source.device = Device {
             kind: crate::device::DeviceKind::CudaManaged,
             id: 0,

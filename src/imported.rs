@@ -9,7 +9,7 @@ use crate::descriptor::TensorDescriptor;
 use crate::error::{Error, Result};
 use dlpark::Managed;
 use dlpark::dlpack::FromRawError;
-use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
+use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 
 /// A managed tensor in either DLPack ABI. Dropping it calls the producer's deleter.
 pub enum ManagedTensor {
@@ -59,13 +59,6 @@ impl ManagedTensor {
             Self::Versioned(m) => unsafe {
                 TensorDescriptor::validate(m.tensor(), Some(m.version()), m.flags())
             },
-        }
-    }
-
-    pub fn version(&self) -> Option<DLPackVersion> {
-        match self {
-            Self::Legacy(_) => None,
-            Self::Versioned(m) => Some(m.version()),
         }
     }
 }

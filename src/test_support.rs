@@ -7,12 +7,17 @@ use dlpark::ffi::DLManagedTensorVersioned;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A Float32 host descriptor over a fake address (for planning and specs, never read).
-pub fn descriptor(shape: &[i64], strides: &[i64]) -> crate::TensorDescriptor {
+/// A host descriptor built directly (no validation), for tests that plan, copy or export.
+pub fn host_descriptor(
+    first_element: usize,
+    shape: &[i64],
+    strides: &[i64],
+    element: ElementType,
+) -> crate::TensorDescriptor {
     crate::TensorDescriptor {
-        first_element: 1 << 20,
+        first_element,
         device: Device::CPU,
-        element: ElementType::Float32,
+        element,
         shape: shape.to_vec(),
         strides: strides.to_vec(),
         read_only: false,

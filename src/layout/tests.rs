@@ -1,18 +1,9 @@
 use super::*;
-use crate::device::Device;
 use proptest::prelude::*;
 
+/// A descriptor at a fake address: planning never reads memory.
 fn descriptor(shape: &[i64], strides: &[i64], element: ElementType) -> TensorDescriptor {
-    TensorDescriptor {
-        first_element: 1 << 20,
-        device: Device::CPU,
-        element,
-        shape: shape.to_vec(),
-        strides: strides.to_vec(),
-        read_only: false,
-        is_copied: false,
-        version: None,
-    }
+    crate::test_support::host_descriptor(1 << 20, shape, strides, element)
 }
 
 /// Every multi-index of `dims`, first index fastest.

@@ -42,7 +42,7 @@ pub(crate) fn core_error(e: rsdlpack::Error) -> Box<JlrsError> {
     error(format!("[{kind}] {e}"))
 }
 
-fn order_from(code: u8) -> JlrsResult<IndexOrder> {
+pub(crate) fn order_from(code: u8) -> JlrsResult<IndexOrder> {
     match code {
         0 => Ok(IndexOrder::Producer),
         1 => Ok(IndexOrder::Reversed),

@@ -7,11 +7,11 @@
 //! owner's drop only queues the root id; Julia unroots queued ids at its next RsDLPack call
 //! (`next_released_root`).
 
-use jlrs::error::JlrsError;
+use crate::imported::{core_error, error, order_from};
 use jlrs::prelude::*;
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
 use rsdlpack::export::export_versioned;
-use rsdlpack::{Device, ElementType, ExportSpec, IndexOrder};
+use rsdlpack::{Device, ElementType, ExportSpec};
 use std::sync::Mutex;
 
 static RELEASED_ROOTS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
@@ -26,10 +26,6 @@ impl Drop for JuliaRoot {
             .unwrap_or_else(|p| p.into_inner())
             .push(self.0);
     }
-}
-
-fn error(message: impl Into<String>) -> Box<JlrsError> {
-    JlrsError::exception(message.into()).into()
 }
 
 /// Builds a versioned managed tensor over a Julia array and returns its address (to hand to
@@ -81,24 +77,16 @@ pub fn export_array(
         .map(|d| d.max(0) as usize)
         .collect();
     let strides = read(strides_address);
-    let order = match order {
-        0 => IndexOrder::Producer,
-        1 => IndexOrder::Reversed,
-        other => {
-            return Err(error(format!(
-                "index order code must be 0 or 1, got {other}"
-            )));
-        }
-    };
+    let order = order_from(order)?;
     let mut spec = ExportSpec::from_julia_layout(address, device, element, &dims, &strides, order)
-        .map_err(crate::imported::core_error)?;
+        .map_err(core_error)?;
     spec.read_only = read_only.as_bool();
     let managed = export_versioned(
         &spec,
         root,
         rsdlpack::dlpark::ffi::DLPackVersion::CURRENT.minor,
     )
-    .map_err(crate::imported::core_error)?;
+    .map_err(core_error)?;
     Ok(managed.into_raw() as usize)
 }
 

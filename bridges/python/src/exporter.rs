@@ -55,9 +55,19 @@ impl Exporter {
         copy: Option<bool>,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
         let descriptor = self.source.tensor.descriptor();
+        // Only device → host copies are offered; any other device change is refused here.
+        let host_copy_of_device = descriptor.device.kind == DeviceKind::Cuda;
+        if let Some(wanted) = device.filter(|&d| {
+            d != descriptor.device && !(host_copy_of_device && d.kind == DeviceKind::Cpu)
+        }) {
+            return Err(BridgeError::Buffer(format!(
+                "cannot export a tensor on {:?} to dl_device {wanted:?}",
+                descriptor.device
+            )));
+        }
         let (spec, owner) = match descriptor.device.kind {
             DeviceKind::Cuda => self.export_device(stream, device, copy)?,
-            _ => self.export_host(stream, device, copy)?,
+            _ => self.export_host(stream, copy)?,
         };
         match version {
             VersionRequest::Versioned { minor } => {
@@ -80,16 +90,9 @@ impl Exporter {
     fn export_host(
         &self,
         stream: StreamRequest,
-        device: Option<rsdlpack::Device>,
         copy: Option<bool>,
     ) -> BridgeResult<(ExportSpec, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
-        if let Some(wanted) = device.filter(|&d| d != descriptor.device) {
-            return Err(BridgeError::Buffer(format!(
-                "cannot export a tensor on {:?} to dl_device {wanted:?}",
-                descriptor.device
-            )));
-        }
         if descriptor.device.kind == DeviceKind::Cpu
             && !matches!(stream, StreamRequest::Omitted | StreamRequest::NoSync)
         {
@@ -134,10 +137,6 @@ impl Exporter {
                 let spec = ExportSpec::of(&host.descriptor);
                 Ok((spec, CapsuleOwner::HostCopy(host)))
             }
-            Some(wanted) if wanted != descriptor.device => Err(BridgeError::Buffer(format!(
-                "cannot export a tensor on {:?} to dl_device {wanted:?}",
-                descriptor.device
-            ))),
             _ if copy == Some(true) => Err(BridgeError::Buffer(
                 "copy=True of device memory is not supported by this exporter; ask for \
                  dl_device=(CPU, 0) or copy on the consumer side"
