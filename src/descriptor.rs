@@ -3,25 +3,29 @@
 //! downstream (planner, copy engine, bridges) takes the descriptor, never the raw parts.
 
 use crate::device::Device;
+use crate::dims::DimVec;
+pub use crate::dims::MAX_NDIM;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 use dlpark::DlpackFlags;
 use dlpark::ffi::{DLPackVersion, DLTensor};
 
-/// The most dimensions a tensor may have here.
-pub const MAX_NDIM: usize = 32;
-
-/// A validated tensor description. Shape and strides are owned copies in DLPack order (row-major
+/// A validated tensor description. Shape and strides are copies in DLPack order (row-major
 /// meaning: the last index is the one that varies fastest in a compact tensor); strides are in
 /// elements and always explicit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Validation establishes the ranges every later computation relies on: the element count and
+/// the dense byte size fit in `isize`, and for a non-empty tensor so does the byte span (from
+/// the lowest to one past the highest byte it touches), which lies inside the address space.
+/// An empty tensor addresses nothing, so its strides are taken as they come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorDescriptor {
     /// Address of the element at index (0, …, 0): `data + byte_offset`.
     pub first_element: usize,
     pub device: Device,
     pub element: ElementType,
-    pub shape: Vec<i64>,
-    pub strides: Vec<i64>,
+    pub shape: DimVec<i64>,
+    pub strides: DimVec<i64>,
     pub read_only: bool,
     pub is_copied: bool,
     /// `None` for a legacy (unversioned) tensor.
@@ -51,13 +55,14 @@ impl TensorDescriptor {
                 ndim: tensor.ndim.into(),
                 max: MAX_NDIM,
             })?;
-        let shape: Vec<i64> = if ndim == 0 {
-            Vec::new()
+        let shape = if ndim == 0 {
+            DimVec::new()
         } else if tensor.shape.is_null() {
             return Err(Error::NullShape { ndim });
         } else {
             // SAFETY: non-null and, by this function's contract, `ndim` readable values.
-            unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }.to_vec()
+            let raw = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
+            DimVec::from_slice(raw).expect("ndim checked against MAX_NDIM")
         };
         if let Some(axis) = shape.iter().position(|&d| d < 0) {
             return Err(Error::NegativeDimension {
@@ -65,8 +70,15 @@ impl TensorDescriptor {
                 value: shape[axis],
             });
         }
-        let strides: Vec<i64> = if ndim == 0 {
-            Vec::new()
+        let element = ElementType::from_dlpack(
+            tensor.dtype,
+            flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED),
+        )?;
+        // Counted before anything multiplies extents: a zero anywhere makes the tensor empty,
+        // however large its other dimensions (an empty tensor is valid whatever they are).
+        let elements = element_count(&shape);
+        let strides = if ndim == 0 {
+            DimVec::new()
         } else if tensor.strides.is_null() {
             if let Some(v) = version.filter(|v| v.major == 1 && v.minor >= 2) {
                 return Err(Error::MissingStrides {
@@ -75,49 +87,33 @@ impl TensorDescriptor {
                     ndim,
                 });
             }
-            compact_row_major_strides(&shape).ok_or_else(|| Error::ExtentOverflow {
-                shape: shape.clone(),
-                strides: vec![],
-            })?
+            match compact_row_major_strides(&shape) {
+                Some(strides) => strides,
+                // Only an empty tensor gets here with a valid element count below: it
+                // addresses nothing, so any strides describe it.
+                None if elements == Some(0) => DimVec::filled(0, ndim).expect("ndim checked"),
+                None => return Err(extent_overflow(&shape, &[])),
+            }
         } else {
             // SAFETY: non-null and, by this function's contract, `ndim` readable values.
-            unsafe { std::slice::from_raw_parts(tensor.strides, ndim) }.to_vec()
+            let raw = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
+            DimVec::from_slice(raw).expect("ndim checked against MAX_NDIM")
         };
-
-        let element = ElementType::from_dlpack(
-            tensor.dtype,
-            flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED),
-        )?;
-        let overflow = || Error::ExtentOverflow {
-            shape: shape.clone(),
-            strides: strides.clone(),
-        };
-        let elements = element_count(&shape).ok_or_else(overflow)?;
+        let overflow = || extent_overflow(&shape, &strides);
+        let elements = elements.ok_or_else(overflow)?;
         // A copy must be possible to describe: the dense size fits an isize (zero strides can
         // make it far larger than the memory the tensor spans).
-        let dense_fits = match element {
-            ElementType::PackedBits { bits, .. } => elements.checked_mul(bits as usize).is_some(),
-            element => elements
-                .checked_mul(element.size())
-                .is_some_and(|b| b <= isize::MAX as usize),
-        };
-        if !dense_fits {
-            return Err(overflow());
-        }
-        if let ElementType::PackedBits { code, bits } = element {
-            let compact = compact_row_major_strides(&shape).is_some_and(|c| {
-                c.iter()
-                    .zip(&strides)
-                    .zip(&shape)
-                    .all(|((c, s), &n)| n <= 1 || c == s)
-            });
-            if !compact {
-                return Err(Error::PackedSubbyteLayout { code, bits });
-            }
+        dense_size(elements, element).ok_or_else(overflow)?;
+        if let ElementType::PackedBits { code, bits } = element
+            && elements > 0
+            && !is_row_major_compact(&shape, &strides)
+        {
+            return Err(Error::PackedSubbyteLayout { code, bits });
         }
 
-        let first_element = (tensor.data as usize)
-            .checked_add(usize::try_from(tensor.byte_offset).map_err(|_| overflow())?)
+        let first_element = usize::try_from(tensor.byte_offset)
+            .ok()
+            .and_then(|offset| (tensor.data as usize).checked_add(offset))
             .ok_or_else(overflow)?;
         if elements > 0 {
             if tensor.data.is_null() {
@@ -163,13 +159,7 @@ impl TensorDescriptor {
 
     /// Whether the tensor is compact row-major (size-1 dimensions may carry any stride).
     pub fn is_row_major_compact(&self) -> bool {
-        compact_row_major_strides(&self.shape).is_some_and(|compact| {
-            compact
-                .iter()
-                .zip(&self.strides)
-                .zip(&self.shape)
-                .all(|((c, s), &n)| n <= 1 || c == s)
-        })
+        is_row_major_compact(&self.shape, &self.strides)
     }
 
     /// Lowest and highest (exclusive) byte offsets from the first element that the tensor
@@ -184,42 +174,73 @@ impl TensorDescriptor {
 
     /// Bytes the elements occupy when packed densely (packed sub-byte types: rounded up).
     pub fn dense_byte_size(&self) -> usize {
-        match self.element {
-            ElementType::PackedBits { bits, .. } => {
-                (self.element_count() * bits as usize).div_ceil(8)
-            }
-            element => self.element_count() * element.size(),
-        }
+        dense_size(self.element_count(), self.element).expect("validated dense size")
     }
 }
 
-/// Row-major compact strides for `shape`, or `None` on overflow.
-pub fn compact_row_major_strides(shape: &[i64]) -> Option<Vec<i64>> {
-    let mut strides = vec![0i64; shape.len()];
+fn extent_overflow(shape: &[i64], strides: &[i64]) -> Error {
+    Error::ExtentOverflow {
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+    }
+}
+
+/// Row-major compact strides for `shape` (a size-0 or size-1 dimension counts as 1), or `None`
+/// when one does not fit in `i64`.
+pub fn compact_row_major_strides(shape: &[i64]) -> Option<DimVec<i64>> {
+    let mut strides = DimVec::filled(0i64, shape.len())?;
     let mut running: i64 = 1;
-    for (stride, &dim) in strides.iter_mut().zip(shape).rev() {
-        *stride = running;
-        running = running.checked_mul(dim.max(1))?;
+    for k in (0..shape.len()).rev() {
+        strides[k] = running;
+        if k > 0 {
+            running = running.checked_mul(shape[k].max(1))?;
+        }
     }
     Some(strides)
 }
 
+/// Whether `strides` are the compact row-major ones for `shape`, ignoring size-1 dimensions.
+fn is_row_major_compact(shape: &[i64], strides: &[i64]) -> bool {
+    compact_row_major_strides(shape).is_some_and(|compact| {
+        compact
+            .iter()
+            .zip(strides)
+            .zip(shape)
+            .all(|((c, s), &n)| n <= 1 || c == s)
+    })
+}
+
+/// The product of `shape`: 0 as soon as one dimension is 0, `None` on overflow. Dimensions
+/// are non-negative (checked before).
 fn element_count(shape: &[i64]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
 }
 
+/// Bytes `elements` take densely, if that fits in `isize`.
+fn dense_size(elements: usize, element: ElementType) -> Option<usize> {
+    let bytes = match element {
+        ElementType::PackedBits { bits, .. } => elements.checked_mul(bits as usize)?.div_ceil(8),
+        element => elements.checked_mul(element.size())?,
+    };
+    (bytes <= isize::MAX as usize).then_some(bytes)
+}
+
 /// Lowest and highest byte offsets (relative to the first element) that the tensor touches,
-/// the highest one exclusive. Only for non-empty tensors.
+/// the highest one exclusive, if the span between them fits in `isize`. Only for non-empty
+/// tensors.
 fn byte_extent(
     shape: &[i64],
     strides: &[i64],
     element: ElementType,
     elements: usize,
 ) -> Option<(i64, i64)> {
-    if let ElementType::PackedBits { bits, .. } = element {
-        let bytes = (elements.checked_mul(bits as usize)?).div_ceil(8);
+    if let ElementType::PackedBits { .. } = element {
+        let bytes = dense_size(elements, element)?;
         return Some((0, i64::try_from(bytes).ok()?));
     }
     let size = element.size() as i64;
@@ -232,7 +253,9 @@ fn byte_extent(
             high = high.checked_add(reach)?;
         }
     }
-    Some((low, high.checked_add(size)?))
+    let high = high.checked_add(size)?;
+    // Both ends fit in i64, so the difference fits in i128.
+    (i128::from(high) - i128::from(low) <= isize::MAX as i128).then_some((low, high))
 }
 
 #[cfg(test)]

@@ -38,7 +38,8 @@ pub enum Error {
     NegativeDimension { axis: usize, value: i64 },
 
     #[error(
-        "the tensor's size or memory extent overflows the address space (shape {shape:?}, strides {strides:?})"
+        "the tensor is too large to address (shape {shape:?}, strides {strides:?}): its element \
+         count, dense size or byte span exceeds isize::MAX, or it reaches outside the address space"
     )]
     ExtentOverflow { shape: Vec<i64>, strides: Vec<i64> },
 

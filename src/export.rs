@@ -7,6 +7,7 @@
 
 use crate::descriptor::TensorDescriptor;
 use crate::device::Device;
+use crate::dims::{DimVec, MAX_NDIM};
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 use crate::layout::IndexOrder;
@@ -22,9 +23,9 @@ pub struct ExportSpec {
     pub first_element: usize,
     pub device: Device,
     pub element: ElementType,
-    pub shape: Vec<i64>,
+    pub shape: DimVec<i64>,
     /// In elements, DLPack order.
-    pub strides: Vec<i64>,
+    pub strides: DimVec<i64>,
     pub read_only: bool,
     pub is_copied: bool,
 }
@@ -49,19 +50,23 @@ impl ExportSpec {
                 strides.len()
             )));
         }
+        if dims.len() > MAX_NDIM {
+            return Err(Error::Export(format!(
+                "{} dims; DLPack tensors here have at most {MAX_NDIM}",
+                dims.len()
+            )));
+        }
         let too_big = || {
             Error::Export(format!(
                 "dims {dims:?} or strides {strides:?} do not fit in i64"
             ))
         };
-        let mut shape = dims
-            .iter()
-            .map(|&d| i64::try_from(d).map_err(|_| too_big()))
-            .collect::<Result<Vec<_>>>()?;
-        let mut dl_strides = strides
-            .iter()
-            .map(|&s| i64::try_from(s).map_err(|_| too_big()))
-            .collect::<Result<Vec<_>>>()?;
+        let mut shape = DimVec::new();
+        let mut dl_strides = DimVec::new();
+        for (&d, &s) in dims.iter().zip(strides) {
+            shape.push(i64::try_from(d).map_err(|_| too_big())?);
+            dl_strides.push(i64::try_from(s).map_err(|_| too_big())?);
+        }
         if order == IndexOrder::Reversed {
             shape.reverse();
             dl_strides.reverse();
@@ -83,8 +88,8 @@ impl ExportSpec {
             first_element: descriptor.first_element,
             device: descriptor.device,
             element: descriptor.element,
-            shape: descriptor.shape.clone(),
-            strides: descriptor.strides.clone(),
+            shape: descriptor.shape,
+            strides: descriptor.strides,
             read_only: descriptor.read_only,
             is_copied: descriptor.is_copied,
         }
@@ -94,7 +99,8 @@ impl ExportSpec {
     /// with [`IndexOrder::Producer`]: same shape, column-major strides, ordinary host memory
     /// (whatever the source was), writable, and IS_COPIED.
     pub fn of_copy(descriptor: &TensorDescriptor, address: usize) -> Self {
-        let mut strides = vec![1i64; descriptor.shape.len()];
+        // Validation bounded the dense size, so these products fit.
+        let mut strides = DimVec::filled(1i64, descriptor.shape.len()).expect("validated rank");
         for k in 1..strides.len() {
             strides[k] = strides[k - 1] * descriptor.shape[k - 1].max(1);
         }
@@ -102,7 +108,7 @@ impl ExportSpec {
             first_element: address,
             device: Device::CPU,
             element: descriptor.element,
-            shape: descriptor.shape.clone(),
+            shape: descriptor.shape,
             strides,
             read_only: false,
             is_copied: true,
@@ -123,7 +129,7 @@ impl ExportSpec {
         &self,
         owner: O,
     ) -> Result<Initialized<M, dlpark::allocation::dynamic::Metadata>> {
-        let mut initialized = Dynamic::new(self.shape.as_slice(), self.strides.as_slice())
+        let mut initialized = Dynamic::new(&self.shape[..], &self.strides[..])
             .initialize_as::<M>(Box::new(owner))
             .map_err(|e| Error::Export(e.to_string()))?;
         initialized
@@ -143,6 +149,33 @@ pub fn export_versioned<O: Send + 'static>(
     owner: O,
     minor_version: u32,
 ) -> Result<Managed<DLManagedTensorVersioned>> {
+    let managed = build_versioned(spec, owner, minor_version)?;
+    // SAFETY: the tensor was just built by us and its metadata lives in its own allocation.
+    unsafe {
+        TensorDescriptor::validate(managed.tensor(), Some(managed.version()), managed.flags())
+    }?;
+    Ok(managed)
+}
+
+/// A validated tensor under a new owner (the same memory, shape, strides and flags), declared
+/// as the current DLPack version. Not validated again: the descriptor already was, and the
+/// tensor restates it.
+pub fn reexport_versioned<O: Send + 'static>(
+    descriptor: &TensorDescriptor,
+    owner: O,
+) -> Result<Managed<DLManagedTensorVersioned>> {
+    build_versioned(
+        &ExportSpec::of(descriptor),
+        owner,
+        DLPackVersion::CURRENT.minor,
+    )
+}
+
+fn build_versioned<O: Send + 'static>(
+    spec: &ExportSpec,
+    owner: O,
+    minor_version: u32,
+) -> Result<Managed<DLManagedTensorVersioned>> {
     let mut initialized = spec.initialize::<DLManagedTensorVersioned, O>(owner)?;
     let version = DLPackVersion {
         major: DLPackVersion::CURRENT.major,
@@ -155,13 +188,8 @@ pub fn export_versioned<O: Send + 'static>(
     // owns the memory and knows them; the sub-byte flag matches the element layout.
     unsafe { initialized.set_flags_unchecked(spec.flags()) };
     // SAFETY: data lives as long as `owner`, which the tensor owns; shape and strides live in
-    // the tensor's own allocation; it is validated below before anyone sees it.
-    let managed = unsafe { initialized.finish() };
-    // SAFETY: the tensor was just built by us and its metadata lives in its own allocation.
-    unsafe {
-        TensorDescriptor::validate(managed.tensor(), Some(managed.version()), managed.flags())
-    }?;
-    Ok(managed)
+    // the tensor's own allocation. Callers validate it, or built it from a validated tensor.
+    Ok(unsafe { initialized.finish() })
 }
 
 /// Builds a legacy managed tensor (for consumers that do not ask for a versioned one). A
@@ -202,7 +230,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (producer.shape.as_slice(), producer.strides.as_slice()),
+            (&producer.shape[..], &producer.strides[..]),
             (&[2, 3][..], &[1, 2][..])
         );
         let reversed = ExportSpec::from_julia_layout(
@@ -215,7 +243,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (reversed.shape.as_slice(), reversed.strides.as_slice()),
+            (&reversed.shape[..], &reversed.strides[..]),
             (&[3, 2][..], &[2, 1][..])
         );
     }

@@ -15,6 +15,7 @@ pub mod copy;
 pub mod cuda;
 pub mod descriptor;
 pub mod device;
+pub mod dims;
 pub mod dtype;
 pub mod error;
 pub mod export;
@@ -27,6 +28,7 @@ mod test_support;
 
 pub use descriptor::TensorDescriptor;
 pub use device::{Device, DeviceKind};
+pub use dims::{DimVec, MAX_NDIM};
 pub use dtype::ElementType;
 pub use error::{Error, Result};
 pub use export::ExportSpec;

@@ -46,7 +46,7 @@ pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Resu
         let status = unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) };
         call(status, "cuStreamSynchronize")?;
     }
-    let mut on_host = descriptor.clone();
+    let mut on_host = *descriptor;
     on_host.device = Device::CPU;
     on_host.first_element = (span.as_ptr() as i64 - low) as usize;
     on_host.read_only = false;

@@ -17,15 +17,24 @@
 //! When no composition exists (a zero stride repeats elements, strides overlap, or strides do
 //! not nest into a parent) the plan says a copy is needed, and [`crate::copy`] makes one.
 //!
-//! The parent may reach past the tensor's last element: a view of `a[:, 3:5]` of a 2×5
-//! row-major array needs a 5×2 parent starting at element 3, whose last three elements lie
-//! beyond the tensor. The view never touches them, but the parent (`parent(parent(R))` in
-//! Julia) claims them: index the array, never its parent. [`ViewPlan::parent_overhang`] says
-//! how many bytes that is.
+//! The parent is chosen to cover as little memory as the layout allows (see [`nest`]): it
+//! starts at the lowest element the tensor touches and ends at its last element whenever each
+//! stride, sorted by magnitude, is a multiple of the element span of the faster dimensions —
+//! true of every contiguous tensor in any dimension order and of many slices. Otherwise it
+//! reaches past the last element: a view of `a[:, 3:5]` of a 2×5 row-major array needs a 5×2
+//! parent starting at element 3, whose last three elements lie beyond the tensor. The view never
+//! touches them, but the parent (`parent(parent(R))` in Julia) claims them: index the array,
+//! never its parent. [`ViewPlan::parent_overhang`] says how many bytes that is.
+//!
+//! Planning takes O(ndim²) steps at most (sorting ≤ 32 dimensions; no loop depends on extent
+//! values) and allocates nothing: every per-dimension list is a [`DimVec`].
 
-mod chain;
+#[cfg(test)]
+mod exhaustive;
+mod nest;
 
 use crate::descriptor::TensorDescriptor;
+use crate::dims::DimVec;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 
@@ -82,7 +91,7 @@ pub fn check_access(
 }
 
 /// One range of a `view`, in Julia's 1-based terms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DimRange {
     pub start: usize,
     pub step: isize,
@@ -109,11 +118,11 @@ pub struct ViewPlan {
     /// Bytes from the tensor's first element to the parent's first element (≤ 0: negative
     /// strides put the parent's start below the first element).
     pub parent_byte_offset: isize,
-    pub parent_dims: Vec<usize>,
+    pub parent_dims: DimVec<usize>,
     /// One range per parent dimension.
-    pub ranges: Vec<DimRange>,
+    pub ranges: DimVec<DimRange>,
     /// `permutation[k]` is the parent dimension (0-based) of result dimension `k`.
-    pub permutation: Vec<usize>,
+    pub permutation: DimVec<usize>,
 }
 
 impl ViewPlan {
@@ -133,15 +142,20 @@ impl ViewPlan {
     /// Bytes the parent claims beyond the tensor's last element (see the module docs); 0 for
     /// contiguous tensors in either order.
     pub fn parent_overhang(&self, descriptor: &TensorDescriptor) -> usize {
-        let size = descriptor.element.size();
-        let parent_bytes = self.parent_dims.iter().product::<usize>() * size;
+        // The planner bounds the parent's bytes by isize::MAX, and validation the span.
+        let parent_bytes = self
+            .parent_dims
+            .iter()
+            .map(|&d| d as i128)
+            .product::<i128>()
+            * descriptor.element.size() as i128;
         let (_, end) = descriptor.byte_span();
-        let parent_end = self.parent_byte_offset as i64 + parent_bytes as i64;
-        (parent_end - end).max(0) as usize
+        let parent_end = self.parent_byte_offset as i128 + parent_bytes;
+        (parent_end - i128::from(end)).max(0) as usize
     }
 
     /// The dims of the resulting Julia array.
-    pub fn result_dims(&self) -> Vec<usize> {
+    pub fn result_dims(&self) -> DimVec<usize> {
         self.permutation
             .iter()
             .map(|&p| self.ranges[p].len)
@@ -150,18 +164,25 @@ impl ViewPlan {
 }
 
 /// The planner's decision.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "inline on purpose: one plan per import, and planning allocates nothing"
+)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayoutPlan {
     /// Wrap the memory.
     View(ViewPlan),
     /// The tensor has no elements: allocate an empty array of these dims, share nothing.
-    Empty { dims: Vec<usize> },
+    Empty { dims: DimVec<usize> },
     /// Copy into a fresh column-major array of these dims (see [`crate::copy`]).
     Copy {
-        dims: Vec<usize>,
+        dims: DimVec<usize>,
         reason: &'static str,
     },
 }
+
+/// Why a view needs a copy because its parent would be too large for Julia to wrap.
+const PARENT_TOO_LARGE: &str = "the view's parent array would exceed isize::MAX bytes";
 
 /// Decides how `descriptor` becomes a Julia array.
 pub fn plan(
@@ -172,21 +193,23 @@ pub fn plan(
     if let ElementType::PackedBits { .. } = descriptor.element {
         // Validation guaranteed a compact layout: the data is one run of bytes.
         let bytes = descriptor.dense_byte_size();
+        let dims = DimVec::filled(bytes, 1).expect("one dimension");
         if policy == CopyPolicy::Always {
             return Ok(LayoutPlan::Copy {
-                dims: vec![bytes],
+                dims,
                 reason: "a copy was requested",
             });
         }
         return Ok(LayoutPlan::View(ViewPlan {
             parent_byte_offset: 0,
-            parent_dims: vec![bytes],
-            ranges: vec![DimRange::full(bytes)],
-            permutation: vec![0],
+            parent_dims: dims,
+            ranges: DimVec::filled(DimRange::full(bytes), 1).expect("one dimension"),
+            permutation: DimVec::filled(0, 1).expect("one dimension"),
         }));
     }
     let (shape, strides) = ordered(descriptor, order);
-    let dims: Vec<usize> = shape.iter().map(|&n| n as usize).collect();
+    // Validated: dims are non-negative and their product fits in usize.
+    let dims: DimVec<usize> = shape.iter().map(|&n| n as usize).collect();
     if dims.contains(&0) {
         return Ok(LayoutPlan::Empty { dims });
     }
@@ -200,16 +223,19 @@ pub fn plan(
         Ok(view) => Ok(LayoutPlan::View(view)),
         Err(reason) if policy == CopyPolicy::IfNeeded => Ok(LayoutPlan::Copy { dims, reason }),
         Err(reason) => Err(Error::CopyRequired {
-            shape,
-            strides,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
             reason,
         }),
     }
 }
 
 /// Shape and strides in result order.
-pub(crate) fn ordered(descriptor: &TensorDescriptor, order: IndexOrder) -> (Vec<i64>, Vec<i64>) {
-    let (mut shape, mut strides) = (descriptor.shape.clone(), descriptor.strides.clone());
+pub(crate) fn ordered(
+    descriptor: &TensorDescriptor,
+    order: IndexOrder,
+) -> (DimVec<i64>, DimVec<i64>) {
+    let (mut shape, mut strides) = (descriptor.shape, descriptor.strides);
     if order == IndexOrder::Reversed {
         shape.reverse();
         strides.reverse();
@@ -217,7 +243,8 @@ pub(crate) fn ordered(descriptor: &TensorDescriptor, order: IndexOrder) -> (Vec<
     (shape, strides)
 }
 
-/// The view for a non-empty tensor, or why there is none. `shape`/`strides` in result order.
+/// The view for a non-empty, validated tensor, or why there is none. `shape`/`strides` in
+/// result order.
 fn plan_view(
     shape: &[i64],
     strides: &[i64],
@@ -226,75 +253,103 @@ fn plan_view(
     let ndim = shape.len();
     // Dimensions of length ≥ 2 decide the layout; the stride of a length-1 dimension is never
     // used to address anything, so it may be any value.
-    let mut varying: Vec<usize> = (0..ndim).filter(|&k| shape[k] >= 2).collect();
+    let mut varying: DimVec<usize> = (0..ndim).filter(|&k| shape[k] >= 2).collect();
     if varying.iter().any(|&k| strides[k] == 0) {
         return Err("a zero stride repeats elements");
     }
-    varying.sort_by_key(|&k| (strides[k].unsigned_abs(), k));
-    let links: Vec<chain::Link> = varying
+    varying.sort_unstable_by_key(|&k| (strides[k].unsigned_abs(), k));
+    let links: DimVec<nest::Link> = varying
         .iter()
-        .map(|&k| chain::Link {
+        .map(|&k| nest::Link {
             len: shape[k] as u64,
             stride: strides[k].unsigned_abs(),
         })
         .collect();
-    let parent_strides = chain::nest(&links)?;
+    let parent_strides = nest::nest(&links)?;
+    let mut rank_of = [usize::MAX; crate::dims::MAX_NDIM];
+    for (r, &k) in varying.iter().enumerate() {
+        rank_of[k] = r;
+    }
+
+    // Parent dims by rank; the parent's element count bounds every quantity derived below.
+    let mut varying_dims: DimVec<usize> = DimVec::new();
+    let mut parent_elements: u64 = 1;
+    for (r, link) in links.iter().enumerate() {
+        let dim = match parent_strides.get(r + 1) {
+            Some(next) => next / parent_strides[r],
+            None => (link.len - 1)
+                .checked_mul(link.stride / parent_strides[r])
+                .and_then(|reach| reach.checked_add(1))
+                .ok_or(PARENT_TOO_LARGE)?,
+        };
+        parent_elements = parent_elements.checked_mul(dim).ok_or(PARENT_TOO_LARGE)?;
+        varying_dims.push(dim as usize);
+    }
+    let fits = parent_elements
+        .checked_mul(element_size as u64)
+        .is_some_and(|bytes| bytes <= isize::MAX as u64);
+    if !fits {
+        return Err(PARENT_TOO_LARGE);
+    }
 
     // Parent order: the varying dims by increasing stride, each length-1 dim placed right
     // after the varying dim that precedes it in result order (so F-order stays identity).
-    let mut parent_order: Vec<usize> = Vec::with_capacity(ndim);
-    let rank_of = |k: usize| varying.iter().position(|&v| v == k);
-    let mut keyed: Vec<(usize, usize, usize)> = Vec::with_capacity(ndim);
-    let mut last_rank = 0usize;
+    // `group[k]`: 0 before any varying dim, else 1 + the rank of that preceding varying dim.
+    let mut group = [0usize; crate::dims::MAX_NDIM];
+    let mut current = 0;
     for k in 0..ndim {
-        match rank_of(k) {
-            Some(r) => {
-                last_rank = r + 1;
-                keyed.push((r + 1, 0, k));
+        if rank_of[k] != usize::MAX {
+            current = rank_of[k] + 1;
+        }
+        group[k] = current;
+    }
+    let mut parent_order: DimVec<usize> = DimVec::new();
+    for g in 0..=varying.len() {
+        if g > 0 {
+            parent_order.push(varying[g - 1]);
+        }
+        for k in 0..ndim {
+            if rank_of[k] == usize::MAX && group[k] == g {
+                parent_order.push(k);
             }
-            None => keyed.push((last_rank, 1, k)),
         }
     }
-    keyed.sort();
-    parent_order.extend(keyed.iter().map(|&(_, _, k)| k));
 
-    let mut parent_dims = Vec::with_capacity(ndim);
-    let mut ranges = Vec::with_capacity(ndim);
-    let mut offset_elements: i128 = 0;
-    for &k in &parent_order {
-        let Some(r) = rank_of(k) else {
+    let mut parent_dims = DimVec::new();
+    let mut ranges = DimVec::new();
+    // Below `parent_elements` ≤ isize::MAX: no step, start or offset can overflow.
+    let mut offset_elements: isize = 0;
+    for &k in parent_order.iter() {
+        let r = rank_of[k];
+        if r == usize::MAX {
             parent_dims.push(1);
             ranges.push(DimRange::full(1));
             continue;
-        };
-        let len = shape[k] as u64;
-        let step = links[r].stride / parent_strides[r];
-        let parent_dim = match parent_strides.get(r + 1) {
-            Some(next) => next / parent_strides[r],
-            None => (len - 1) * step + 1,
-        };
-        parent_dims.push(parent_dim as usize);
+        }
+        let len = shape[k] as usize;
+        let step = (links[r].stride / parent_strides[r]) as usize;
+        parent_dims.push(varying_dims[r]);
         if strides[k] > 0 {
             ranges.push(DimRange {
                 start: 1,
                 step: step as isize,
-                len: len as usize,
+                len,
             });
         } else {
-            offset_elements += (len as i128 - 1) * strides[k] as i128;
+            offset_elements -= ((len - 1) * step * parent_strides[r] as usize) as isize;
             ranges.push(DimRange {
-                start: ((len - 1) * step + 1) as usize,
+                start: (len - 1) * step + 1,
                 step: -(step as isize),
-                len: len as usize,
+                len,
             });
         }
     }
-    let mut permutation = vec![0; ndim];
+    let mut permutation = DimVec::filled(0, ndim).expect("ndim ≤ MAX_NDIM");
     for (position, &k) in parent_order.iter().enumerate() {
         permutation[k] = position;
     }
     Ok(ViewPlan {
-        parent_byte_offset: (offset_elements * element_size as i128) as isize,
+        parent_byte_offset: offset_elements * element_size as isize,
         parent_dims,
         ranges,
         permutation,

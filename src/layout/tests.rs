@@ -148,7 +148,9 @@ fn empty_scalar_packed_and_forced_copies() {
     let empty = descriptor(&[0, 3], &[3, 1], ElementType::Float32);
     assert_eq!(
         plan(&empty, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
-        LayoutPlan::Empty { dims: vec![0, 3] }
+        LayoutPlan::Empty {
+            dims: DimVec::from_slice(&[0, 3]).unwrap()
+        }
     );
     let scalar = descriptor(&[], &[], ElementType::Float32);
     let LayoutPlan::View(view) = plan(&scalar, IndexOrder::Producer, CopyPolicy::Never).unwrap()
@@ -206,8 +208,66 @@ fn sliced_layout() -> impl Strategy<Value = (Vec<i64>, Vec<i64>)> {
         })
 }
 
+/// What the exhaustive search says of a layout (result order): whether a parent exists, and
+/// the least overhang in bytes any parent can have.
+fn exhaustive_answer(shape: &[i64], strides: &[i64], size: usize) -> Option<usize> {
+    let mut varying: Vec<usize> = (0..shape.len()).filter(|&k| shape[k] >= 2).collect();
+    if varying.iter().any(|&k| strides[k] == 0) {
+        return None;
+    }
+    varying.sort_by_key(|&k| (strides[k].unsigned_abs(), k));
+    let links: Vec<nest::Link> = varying
+        .iter()
+        .map(|&k| nest::Link {
+            len: shape[k] as u64,
+            stride: strides[k].unsigned_abs(),
+        })
+        .collect();
+    exhaustive::nest(&links).ok()?;
+    let last = exhaustive::least_last_stride(&links)?;
+    let faster: u64 = links
+        .iter()
+        .rev()
+        .skip(1)
+        .map(|l| (l.len - 1) * l.stride)
+        .sum();
+    Some((last - 1 - faster) as usize * size)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The O(ndim) planner finds a view exactly when the exhaustive search finds a parent; the
+    /// parent starts at the lowest byte the tensor touches, covers it, and ends at its last
+    /// element whenever any parent can.
+    #[test]
+    fn the_planner_agrees_with_the_exhaustive_search(
+        (shape, strides) in (0usize..=5).prop_flat_map(|ndim| (
+            prop::collection::vec(1i64..=4, ndim),
+            prop::collection::vec(-40i64..=40, ndim),
+        )),
+        reversed in any::<bool>(),
+    ) {
+        let d = descriptor(&shape, &strides, ElementType::Float32);
+        let order = if reversed { IndexOrder::Reversed } else { IndexOrder::Producer };
+        let (rs, rt) = ordered(&d, order);
+        let expected = exhaustive_answer(&rs, &rt, 4);
+        match plan(&d, order, CopyPolicy::IfNeeded).unwrap() {
+            LayoutPlan::View(view) => {
+                let least = expected.expect("the exhaustive search finds no parent");
+                assert_view_addresses(&view, &rs, &rt, 4);
+                let (low, _) = d.byte_span();
+                prop_assert_eq!(view.parent_byte_offset as i64, low);
+                let overhang = view.parent_overhang(&d);
+                prop_assert!(overhang >= least);
+                if least == 0 {
+                    prop_assert_eq!(overhang, 0, "a parent ending at the last element exists");
+                }
+            }
+            LayoutPlan::Copy { .. } => prop_assert!(expected.is_none(), "the search found a parent"),
+            LayoutPlan::Empty { .. } => prop_assert!(false, "no dim is 0"),
+        }
+    }
 
     #[test]
     fn any_view_addresses_exactly_the_dlpack_elements((shape, strides) in arbitrary_layout(), reversed in any::<bool>(), size in prop::sample::select(vec![1usize, 2, 4, 8, 16])) {
@@ -254,4 +314,129 @@ fn a_producer_copy_satisfies_copy_true() {
     assert_eq!(CopyPolicy::Always.given(true), CopyPolicy::IfNeeded);
     assert_eq!(CopyPolicy::Always.given(false), CopyPolicy::Always);
     assert_eq!(CopyPolicy::Never.given(true), CopyPolicy::Never);
+}
+
+/// A validated descriptor over a fake address (no memory is read), built as a producer would.
+fn validated(
+    shape: &[i64],
+    strides: Option<&[i64]>,
+    first_element: usize,
+    dtype: dlpark::ffi::DLDataType,
+) -> Result<TensorDescriptor> {
+    let mut shape = shape.to_vec();
+    let mut strides = strides.map(<[i64]>::to_vec);
+    let tensor = dlpark::ffi::DLTensor {
+        data: first_element as *mut _,
+        device: dlpark::ffi::DLDevice::CPU,
+        ndim: shape.len() as i32,
+        dtype,
+        shape: shape.as_mut_ptr(),
+        strides: strides
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |s| s.as_mut_ptr()),
+        byte_offset: 0,
+    };
+    // SAFETY: shape and strides point into locals that outlive the call.
+    unsafe { TensorDescriptor::validate(&tensor, None, dlpark::DlpackFlags::empty()) }
+}
+
+// Regressions from fuzzing (the 64-bit extremes issue): each of these overflowed or wrapped.
+
+#[test]
+fn a_stride_of_i64_min_is_refused_as_too_large_to_address() {
+    let err = validated(
+        &[2],
+        Some(&[i64::MIN]),
+        1 << 63,
+        dlpark::ffi::DLDataType::U8,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::ExtentOverflow { .. }), "{err}");
+    assert!(err.to_string().contains("isize::MAX"), "{err}");
+}
+
+#[test]
+fn a_huge_negative_stride_plans_without_overflow() {
+    let d = validated(
+        &[2],
+        Some(&[-(1 << 62)]),
+        1 << 62,
+        dlpark::ffi::DLDataType::U8,
+    )
+    .unwrap();
+    let LayoutPlan::View(view) = plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap() else {
+        panic!()
+    };
+    assert_eq!(view.parent_byte_offset, -(1 << 62));
+    assert_eq!(view.parent_dims, [(1 << 62) + 1]);
+    let range = view.ranges[0];
+    assert_eq!(
+        (range.start, range.step, range.len),
+        ((1 << 62) + 1, -(1 << 62), 2)
+    );
+}
+
+#[test]
+fn a_parent_larger_than_isize_max_means_a_copy() {
+    let d = validated(
+        &[4, 2],
+        Some(&[3, 1 << 62]),
+        64,
+        dlpark::ffi::DLDataType::I8,
+    )
+    .unwrap();
+    let err = plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap_err();
+    assert!(
+        matches!(err, Error::CopyRequired { .. }) && err.to_string().contains("isize::MAX"),
+        "{err}"
+    );
+    assert!(matches!(
+        plan(&d, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap(),
+        LayoutPlan::Copy { dims, .. } if dims == [4, 2]
+    ));
+}
+
+#[test]
+fn empty_tensors_are_empty_whatever_their_other_dimensions() {
+    let shape = [1 << 62, 4, 0];
+    for strides in [
+        None,
+        Some(&[4i64, 1, 1][..]),
+        Some(&[i64::MAX, i64::MIN, 7][..]),
+    ] {
+        let d = validated(&shape, strides, 0, dlpark::ffi::DLDataType::F32).unwrap();
+        assert_eq!(d.element_count(), 0);
+        assert_eq!(
+            plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+            LayoutPlan::Empty {
+                dims: DimVec::from_slice(&[1 << 62, 4, 0]).unwrap()
+            }
+        );
+    }
+    let fp4 = dlpark::ffi::DLDataType::scalar(dlpark::ffi::DLDataTypeCode::FLOAT4_E2M1FN, 4);
+    let packed = validated(&[0, 1 << 62, 1 << 62], None, 0, fp4).unwrap();
+    assert_eq!(packed.dense_byte_size(), 0);
+}
+
+#[test]
+fn strides_that_defeated_the_divisor_search_plan_at_once() {
+    // Highly composite strides that barely fail to nest: the old search branched on thousands
+    // of divisors per level until a work budget stopped it (85 ms). Now a few gcds decide.
+    let composite = 963_761_198_400i64;
+    let mut shape = vec![2i64; 32];
+    let mut strides: Vec<i64> = (0..32).map(|k| composite * k).collect();
+    strides[0] = 1;
+    shape[31] = 2;
+    let d = descriptor(&shape, &strides, ElementType::UInt8);
+    assert!(matches!(
+        plan(&d, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap(),
+        LayoutPlan::Copy { .. }
+    ));
+    // The same with strides that do nest (powers of two): a view, 32 dims.
+    let nested: Vec<i64> = (0..32).map(|k| 1i64 << k).collect();
+    let d = descriptor(&[2; 32], &nested, ElementType::UInt8);
+    assert!(matches!(
+        plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+        LayoutPlan::View(_)
+    ));
 }

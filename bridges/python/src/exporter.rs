@@ -29,7 +29,7 @@ struct Source {
 enum CapsuleOwner {
     Shared(#[allow(dead_code)] Arc<Source>),
     Copy(#[allow(dead_code)] AlignedBuffer),
-    HostCopy(#[allow(dead_code)] rsdlpack::cuda::to_host::HostCopy),
+    HostCopy(#[allow(dead_code)] Box<rsdlpack::cuda::to_host::HostCopy>),
 }
 
 /// A tensor offered to Python consumers through the DLPack protocol.
@@ -135,7 +135,7 @@ impl Exporter {
                 // (rsdlpack_py_export_with_stream's contract) or the legacy default stream.
                 let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
                 let spec = ExportSpec::of(&host.descriptor);
-                Ok((spec, CapsuleOwner::HostCopy(host)))
+                Ok((spec, CapsuleOwner::HostCopy(Box::new(host))))
             }
             _ if copy == Some(true) => Err(BridgeError::Buffer(
                 "copy=True of device memory is not supported by this exporter; ask for \

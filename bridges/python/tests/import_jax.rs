@@ -84,7 +84,9 @@ fn every_jax_dtype_scalars_and_empty_arrays_arrive_zero_copy_as_legacy_tensors()
         let tensor = import_default(&empty);
         assert_eq!(
             plan(tensor.descriptor(), IndexOrder::Producer, CopyPolicy::Never).unwrap(),
-            LayoutPlan::Empty { dims: vec![0, 4] }
+            LayoutPlan::Empty {
+                dims: rsdlpack::DimVec::from_slice(&[0, 4]).unwrap()
+            }
         );
     });
 }

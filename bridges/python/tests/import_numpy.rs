@@ -59,7 +59,7 @@ fn every_numpy_dtype_arrives_zero_copy_with_its_element_type() {
             assert_eq!(d.element, element, "{name}");
             assert_eq!(d.first_element, address, "{name}: same memory");
             assert_eq!(
-                (d.shape.clone(), d.strides.clone()),
+                (d.shape.to_vec(), d.strides.to_vec()),
                 (shape, strides),
                 "{name}"
             );
@@ -123,7 +123,9 @@ fn empty_arrays_plan_as_empty() {
         let tensor = import_default(&array);
         assert_eq!(
             plan(tensor.descriptor(), IndexOrder::Producer, CopyPolicy::Never).unwrap(),
-            LayoutPlan::Empty { dims: vec![0, 3] }
+            LayoutPlan::Empty {
+                dims: rsdlpack::DimVec::from_slice(&[0, 3]).unwrap()
+            }
         );
     });
 }

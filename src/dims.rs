@@ -1,0 +1,153 @@
+//! [`DimVec`]: one value per dimension, stored inline.
+//!
+//! Every per-dimension list the core computes (shape, strides, a plan's parent dims, ranges and
+//! permutation) has at most [`MAX_NDIM`] entries, and importing a tensor builds several of them.
+//! Keeping them inline instead of on the heap takes the allocator off the import path (the
+//! fast-path issue measured ~15 small allocations per plan), and makes a descriptor `Copy`.
+//! A `DimVec` reads like a slice (`Deref<Target = [T]>`) and prints like one.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+/// The most dimensions a tensor may have here.
+pub const MAX_NDIM: usize = 32;
+
+/// Up to [`MAX_NDIM`] values, inline.
+#[derive(Clone, Copy)]
+pub struct DimVec<T: Copy + Default> {
+    len: u8,
+    items: [T; MAX_NDIM],
+}
+
+impl<T: Copy + Default> DimVec<T> {
+    pub fn new() -> Self {
+        Self {
+            len: 0,
+            items: [T::default(); MAX_NDIM],
+        }
+    }
+
+    /// `len` copies of `value`; `None` when `len` exceeds [`MAX_NDIM`].
+    pub fn filled(value: T, len: usize) -> Option<Self> {
+        (len <= MAX_NDIM).then(|| {
+            let mut dims = Self::new();
+            dims.items[..len].fill(value);
+            dims.len = len as u8;
+            dims
+        })
+    }
+
+    /// A copy of `values`; `None` when it has more than [`MAX_NDIM`] entries.
+    pub fn from_slice(values: &[T]) -> Option<Self> {
+        (values.len() <= MAX_NDIM).then(|| {
+            let mut dims = Self::new();
+            dims.items[..values.len()].copy_from_slice(values);
+            dims.len = values.len() as u8;
+            dims
+        })
+    }
+
+    /// Appends `value`.
+    ///
+    /// # Panics
+    /// When already full: callers build at most one entry per dimension of a tensor whose rank
+    /// was checked against [`MAX_NDIM`].
+    pub fn push(&mut self, value: T) {
+        self.items[usize::from(self.len)] = value;
+        self.len += 1;
+    }
+
+    pub fn to_vec(&self) -> Vec<T> {
+        self.deref().to_vec()
+    }
+}
+
+impl<T: Copy + Default> Default for DimVec<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Copy + Default> Deref for DimVec<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.items[..usize::from(self.len)]
+    }
+}
+
+impl<T: Copy + Default> DerefMut for DimVec<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.items[..usize::from(self.len)]
+    }
+}
+
+impl<T: Copy + Default + fmt::Debug> fmt::Debug for DimVec<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.deref().fmt(f)
+    }
+}
+
+impl<T: Copy + Default + PartialEq> PartialEq for DimVec<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.deref() == other.deref()
+    }
+}
+
+impl<T: Copy + Default + Eq> Eq for DimVec<T> {}
+
+impl<T: Copy + Default + PartialEq> PartialEq<Vec<T>> for DimVec<T> {
+    fn eq(&self, other: &Vec<T>) -> bool {
+        self.deref() == other.as_slice()
+    }
+}
+
+impl<T: Copy + Default + PartialEq> PartialEq<[T]> for DimVec<T> {
+    fn eq(&self, other: &[T]) -> bool {
+        self.deref() == other
+    }
+}
+
+impl<T: Copy + Default + PartialEq, const N: usize> PartialEq<[T; N]> for DimVec<T> {
+    fn eq(&self, other: &[T; N]) -> bool {
+        self.deref() == other.as_slice()
+    }
+}
+
+impl<'a, T: Copy + Default> IntoIterator for &'a DimVec<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T: Copy + Default> FromIterator<T> for DimVec<T> {
+    /// # Panics
+    /// On more than [`MAX_NDIM`] items (see [`DimVec::push`]).
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut dims = Self::new();
+        for value in iter {
+            dims.push(value);
+        }
+        dims
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_compares_and_prints_like_a_slice() {
+        let mut dims: DimVec<i64> = [3, 4].into_iter().collect();
+        dims.push(5);
+        assert_eq!(dims.len(), 3);
+        assert_eq!(dims, vec![3, 4, 5]);
+        assert_eq!(dims, [3, 4, 5]);
+        assert_eq!(format!("{dims:?}"), "[3, 4, 5]");
+        dims.reverse();
+        assert_eq!(dims.to_vec(), vec![5, 4, 3]);
+        assert!(DimVec::<i64>::from_slice(&[0; MAX_NDIM + 1]).is_none());
+        assert_eq!(DimVec::filled(7u8, 2).unwrap(), [7, 7]);
+    }
+}
