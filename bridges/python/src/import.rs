@@ -10,12 +10,14 @@
 //! dlpark has a Python importer, but it does not retry on `TypeError` and it would tie this
 //! crate to its PyO3 feature set; the protocol steps are few, so they live here.
 
+use crate::call::call_method;
 use crate::capsule;
 use crate::error::{BridgeError, BridgeResult};
 use crate::request::StreamRequest;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
 use rsdlpack::dlpark::ffi::DLPackVersion;
 use rsdlpack::{Device, DeviceKind, ImportedTensor};
 
@@ -39,6 +41,11 @@ impl Default for ImportRequest {
 
 /// Imports `object`. The producer's deleter runs exactly once: when the result is dropped, or
 /// before an error is returned.
+///
+/// The success path makes one or two Python calls and formats nothing: `__dlpack_device__` is
+/// asked only when a stream is requested (NumPy refuses any stream on CPU, and torch answers
+/// it in Python code, ~2 µs), since the capsule itself says where the tensor lives; names and
+/// keyword tuples are interned once per process; messages are built only on error.
 pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResult<ImportedTensor> {
     if capsule::is_capsule(object) {
         // A capsule was made before we could ask for anything: check what it holds instead.
@@ -51,138 +58,225 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
                     .into(),
             ));
         }
-        return check_result(tensor, "the capsule", request.device, request.copy);
+        check_result(
+            &tensor,
+            || "the capsule".into(),
+            request.device,
+            request.copy,
+        )?;
+        return Ok(tensor);
     }
-    let type_name = object
+    let producer_device = match request.stream {
+        StreamRequest::Omitted => None,
+        _ => device_of(object)?,
+    };
+    let tensor_capsule = call_dlpack(object, request, producer_device)?;
+    let tensor = ImportedTensor::new(capsule::consume(&tensor_capsule)?)?;
+    check_result(
+        &tensor,
+        || format!("{}.__dlpack__", type_name(object)),
+        request.device.or(producer_device),
+        request.copy,
+    )?;
+    Ok(tensor)
+}
+
+fn type_name(object: &Bound<'_, PyAny>) -> String {
+    object
         .get_type()
         .name()
         .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into());
-    if !object.hasattr("__dlpack__").unwrap_or(false) {
-        return Err(BridgeError::NotDlpack { type_name });
-    }
-    let producer_device = device_of(object, &type_name)?;
-    let wanted_device = request.device.or(producer_device);
-
-    let tensor_capsule = call_dlpack(object, &type_name, request, producer_device)?;
-    let tensor = ImportedTensor::new(capsule::consume(&tensor_capsule)?)?;
-    check_result(
-        tensor,
-        &format!("{type_name}.__dlpack__"),
-        wanted_device,
-        request.copy,
-    )
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// What the producer could not be asked (or ignored) is checked on the result; on error the
-/// tensor is dropped here, so its deleter runs.
+/// caller drops the tensor, so its deleter runs. `source` names the producer in messages.
 fn check_result(
-    tensor: ImportedTensor,
-    source: &str,
+    tensor: &ImportedTensor,
+    source: impl FnOnce() -> String,
     wanted_device: Option<Device>,
     copy: Option<bool>,
-) -> BridgeResult<ImportedTensor> {
+) -> BridgeResult<()> {
     let found = tensor.descriptor().device;
     if let Some(wanted) = wanted_device.filter(|&w| w != found) {
         return Err(BridgeError::Buffer(format!(
-            "{source} holds a tensor on device {found:?}, not the requested {wanted:?}"
+            "{} holds a tensor on device {found:?}, not the requested {wanted:?}",
+            source()
         )));
     }
     if copy == Some(false) && tensor.descriptor().is_copied {
         return Err(BridgeError::Buffer(format!(
-            "copy=false was requested but {source} holds a copy (IS_COPIED)"
+            "copy=false was requested but {} holds a copy (IS_COPIED)",
+            source()
         )));
     }
     // An empty tensor may carry any pointer (torch: null); there is nothing to check.
     if found.kind.is_cuda() && tensor.descriptor().element_count() > 0 {
         rsdlpack::cuda::pointer::check_pointer(tensor.descriptor())?;
     }
-    Ok(tensor)
+    Ok(())
 }
 
-/// `__dlpack_device__()`, when the object has it.
-fn device_of(object: &Bound<'_, PyAny>, type_name: &str) -> BridgeResult<Option<Device>> {
-    if !object.hasattr("__dlpack_device__").unwrap_or(false) {
-        return Ok(None);
+/// `__dlpack_device__()`, which must answer a `(device_type, device_id)` tuple; `None` for an
+/// object without the method (the `__dlpack__` call then tells whether it speaks DLPack).
+fn device_of(object: &Bound<'_, PyAny>) -> BridgeResult<Option<Device>> {
+    let py = object.py();
+    let method = "__dlpack_device__";
+    let answer = match call_method(
+        object,
+        pyo3::intern!(py, "__dlpack_device__"),
+        &[],
+        &[],
+        None,
+    ) {
+        Ok(answer) => answer,
+        Err(err) => {
+            return match not_dlpack_or(object, err, method) {
+                BridgeError::NotDlpack { .. } => Ok(None),
+                raised => Err(raised),
+            };
+        }
+    };
+    match crate::request::device_from_python(Some(&answer)) {
+        Ok(Some(device)) => Ok(Some(device)),
+        _ => Err(BridgeError::Argument(format!(
+            "{}.{method} returned {answer}, not a (device_type, device_id) tuple",
+            type_name(object)
+        ))),
     }
-    let what = format!("{type_name}.__dlpack_device__");
-    let answer = object
-        .call_method0("__dlpack_device__")
-        .map_err(|e| BridgeError::producer(&what, e))?;
-    crate::request::device_from_python(Some(&answer)).map_err(|_| {
-        BridgeError::Argument(format!(
-            "{what} returned {answer}, not a (device_type, device_id) tuple"
-        ))
-    })
+}
+
+/// Classifies an error from calling `method`: the object does not have it at all (not a DLPack
+/// producer), or the producer raised.
+fn not_dlpack_or(object: &Bound<'_, PyAny>, err: PyErr, method: &str) -> BridgeError {
+    let py = object.py();
+    if err.is_instance_of::<PyAttributeError>(py) && !object.hasattr(method).unwrap_or(true) {
+        return BridgeError::NotDlpack {
+            type_name: type_name(object),
+        };
+    }
+    BridgeError::producer(format!("{}.{method}", type_name(object)), err)
+}
+
+/// Keyword arguments of one `__dlpack__` call, in the order their names are cached.
+struct Keywords<'py> {
+    stream: Option<Bound<'py, PyAny>>,
+    max_version: Option<Bound<'py, PyAny>>,
+    dl_device: Option<Bound<'py, PyAny>>,
+    copy: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> Keywords<'py> {
+    /// Calls `object.__dlpack__(**self)`.
+    fn call(&self, object: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        const NAMES: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
+        /// The names tuple for each subset of `NAMES` (bit k set: `NAMES[k]` present).
+        static TUPLES: [PyOnceLock<Py<PyTuple>>; 16] = [const { PyOnceLock::new() }; 16];
+        let py = object.py();
+        let slots = [&self.stream, &self.max_version, &self.dl_device, &self.copy];
+        let mask = slots
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_some())
+            .fold(0usize, |m, (k, _)| m | (1 << k));
+        let mut values = [object; 4];
+        let mut count = 0;
+        for value in slots.iter().filter_map(|v| v.as_ref()) {
+            values[count] = value;
+            count += 1;
+        }
+        let names = TUPLES[mask].get_or_init(py, || {
+            // Interned, as producers' argument parsers compare names by identity first.
+            let present: Vec<_> = (0..4)
+                .filter(|k| mask & (1 << k) != 0)
+                .map(|k| PyString::intern(py, NAMES[k]))
+                .collect();
+            PyTuple::new(py, present)
+                .expect("a tuple of strings")
+                .unbind()
+        });
+        let names = (mask != 0).then(|| names.bind(py));
+        call_method(
+            object,
+            pyo3::intern!(py, "__dlpack__"),
+            &[],
+            &values[..count],
+            names,
+        )
+    }
+}
+
+/// `(1, 3)`: the newest DLPack version this library speaks, built once.
+fn max_version(py: Python<'_>) -> Bound<'_, PyAny> {
+    static MAX_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    let current = DLPackVersion::CURRENT;
+    MAX_VERSION
+        .get_or_init(py, || {
+            PyTuple::new(py, [current.major, current.minor])
+                .expect("a tuple of ints")
+                .unbind()
+        })
+        .bind(py)
+        .clone()
+        .into_any()
 }
 
 /// Calls `__dlpack__` with the requested arguments, retrying without the newer ones on
 /// `TypeError`.
 fn call_dlpack<'py>(
     object: &Bound<'py, PyAny>,
-    type_name: &str,
     request: &ImportRequest,
     producer_device: Option<Device>,
 ) -> BridgeResult<Bound<'py, PyAny>> {
     let py = object.py();
-    let what = format!("{type_name}.__dlpack__");
     let on_cpu = producer_device.is_some_and(|d| d.kind == DeviceKind::Cpu);
-    let stream = if on_cpu {
-        None
-    } else {
-        request.stream.to_value()
-    };
-
-    let full = PyDict::new(py);
-    let legacy = PyDict::new(py);
-    let add = |dict: &Bound<'py, PyDict>, key: &str, value: Bound<'py, PyAny>| {
-        dict.set_item(key, value)
-            .map_err(|e| BridgeError::producer("dict.__setitem__", e))
-    };
-    if let Some(stream) = stream {
-        add(
-            &full,
-            "stream",
-            stream.into_pyobject(py).expect("int").into_any(),
-        )?;
-        add(
-            &legacy,
-            "stream",
-            stream.into_pyobject(py).expect("int").into_any(),
-        )?;
-    }
-    let max_version = (DLPackVersion::CURRENT.major, DLPackVersion::CURRENT.minor);
-    add(
-        &full,
-        "max_version",
-        PyTuple::new(py, [max_version.0, max_version.1])
-            .expect("tuple")
-            .into_any(),
-    )?;
-    if let Some(device) = request.device {
+    let stream = request
+        .stream
+        .to_value()
+        .filter(|_| !on_cpu)
+        .map(|value| PyInt::new(py, value).into_any());
+    let dl_device = request.device.map(|device| {
+        /// `(1, 0)`, what every host import asks for, built once.
+        static CPU: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
         let dl = device.to_dlpack();
-        let tuple =
-            PyTuple::new(py, [dl.device_type.0 as i64, dl.device_id as i64]).expect("tuple");
-        add(&full, "dl_device", tuple.into_any())?;
-    }
-    if let Some(copy) = request.copy {
-        add(
-            &full,
-            "copy",
-            pyo3::types::PyBool::new(py, copy).to_owned().into_any(),
-        )?;
-    }
-
-    match object.call_method("__dlpack__", (), Some(&full)) {
+        let tuple = || PyTuple::new(py, [i64::from(dl.device_type.0), i64::from(dl.device_id)]);
+        match device == Device::CPU {
+            true => CPU
+                .get_or_init(py, || tuple().expect("a tuple of ints").unbind())
+                .bind(py)
+                .clone(),
+            false => tuple().expect("a tuple of ints"),
+        }
+        .into_any()
+    });
+    let copy = request
+        .copy
+        .map(|copy| PyBool::new(py, copy).to_owned().into_any());
+    let full = Keywords {
+        stream: stream.clone(),
+        max_version: Some(max_version(py)),
+        dl_device,
+        copy,
+    };
+    match full.call(object) {
         Ok(capsule) => Ok(capsule),
-        Err(err) if err.is_instance_of::<PyTypeError>(py) => object
-            .call_method("__dlpack__", (), Some(&legacy))
-            .map_err(|retry| {
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => {
+            let legacy = Keywords {
+                stream,
+                max_version: None,
+                dl_device: None,
+                copy: None,
+            };
+            legacy.call(object).map_err(|retry| {
                 BridgeError::producer(
-                    format!("{what} (also without max_version, after: {err})"),
+                    format!(
+                        "{}.__dlpack__ (also without max_version, after: {err})",
+                        type_name(object)
+                    ),
                     retry,
                 )
-            }),
-        Err(err) => Err(BridgeError::producer(what, err)),
+            })
+        }
+        Err(err) => Err(not_dlpack_or(object, err, "__dlpack__")),
     }
 }

@@ -12,6 +12,7 @@
 //! Python symbols resolve from the process that loads it, and abi3 makes one build serve every
 //! CPython ≥ 3.10.
 
+pub mod call;
 pub mod capsule;
 pub mod entry;
 pub mod error;

@@ -12,14 +12,18 @@
 //! see a Python deleter and need not care about the GIL.
 
 use rsdlpack::dlpark::Managed;
-use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
-use rsdlpack::export::export_versioned;
-use rsdlpack::{ExportSpec, ImportedTensor};
+use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
+use rsdlpack::export::reexport_versioned;
+use rsdlpack::{ImportedTensor, ManagedTensor};
 use std::os::raw::c_int;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Python-produced tensors waiting for a thread that holds the GIL.
-static PENDING: Mutex<Vec<ImportedTensor>> = Mutex::new(Vec::new());
+static PENDING: Mutex<Vec<ManagedTensor>> = Mutex::new(Vec::new());
+
+/// Whether `PENDING` may be non-empty: lets every bridge call skip the lock when it is not.
+static MAYBE_PENDING: AtomicBool = AtomicBool::new(false);
 
 unsafe extern "C" {
     // Not in the limited API headers that pyo3's abi3 mode exposes, but exported by every
@@ -42,10 +46,10 @@ pub fn this_thread_holds_the_gil() -> bool {
 }
 
 /// An owner for a tensor that Python produced: its deleter runs only under the GIL.
-pub struct PythonProduced(Option<ImportedTensor>);
+pub struct PythonProduced(Option<ManagedTensor>);
 
 impl PythonProduced {
-    pub fn new(tensor: ImportedTensor) -> Self {
+    pub fn new(tensor: ManagedTensor) -> Self {
         Self(Some(tensor))
     }
 }
@@ -57,17 +61,25 @@ impl Drop for PythonProduced {
             drop(tensor);
         } else {
             // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
-            PENDING
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(tensor);
+            let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+            pending.push(tensor);
+            MAYBE_PENDING.store(true, Ordering::Release);
         }
     }
 }
 
 /// Releases every queued tensor. Call with the GIL held (a `Python` token proves it).
 pub fn drain(_py: pyo3::Python<'_>) -> usize {
-    let batch = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    // Set under the lock after each push, cleared under the lock here: a push that this load
+    // misses is drained by the next call.
+    if !MAYBE_PENDING.load(Ordering::Acquire) {
+        return 0;
+    }
+    let batch = {
+        let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+        MAYBE_PENDING.store(false, Ordering::Release);
+        std::mem::take(&mut *pending)
+    };
     let released = batch.len();
     // Dropped outside the lock: a deleter may itself release a Python-produced tensor.
     drop(batch);
@@ -82,10 +94,6 @@ pub fn pending() -> usize {
 /// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
 /// deleter releases the original under the GIL (see the module docs).
 pub fn rewrap(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
-    let spec = ExportSpec::of(tensor.descriptor());
-    export_versioned(
-        &spec,
-        PythonProduced::new(tensor),
-        DLPackVersion::CURRENT.minor,
-    )
+    let descriptor = *tensor.descriptor();
+    reexport_versioned(&descriptor, PythonProduced::new(tensor.into_managed()))
 }

@@ -1,0 +1,221 @@
+//! Exchange costs against NumPy, as ratios measured side by side in one process and one run
+//! (the machines are shared and noisy: compare within a run, never across runs).
+//!
+//!     bash scripts/bench.sh          (or: cargo bench -p rsdlpack-python --features embed)
+//!
+//! Every competitor is called from native code, the way Julia's `ccall` or a C program calls
+//! it, and the competitors alternate round by round so that drifts of the machine hit all
+//! alike. Reported per call (median of the rounds):
+//! - import of a NumPy float32 array: `np.from_dlpack(a)`, and ours (`rsdlpack_py_import` +
+//!   `rsdlpack_tensor_release`) without options and with `dl_device=(CPU, 0)` (what
+//!   `from_dlpack(Array, …)` passes), each beside its floor: the producer's own
+//!   `a.__dlpack__(…)` call with the same arguments plus dropping the capsule, so that
+//!   "ours − floor" is what RsDLPack adds to the Python calls it must make;
+//! - export round trip: a Rust-owned buffer exported (`rsdlpack_py_export`) and consumed by
+//!   `np.from_dlpack`, against NumPy's own `np.from_dlpack(ndarray)`.
+//!
+//! With `RSDLPACK_BENCH_CSV=path` the import rows are also written as CSV (for the plot).
+//! With `RSDLPACK_BENCH_PROFILE=import` it only imports a small array in a loop for a few
+//! seconds, for `perf record`.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
+use rsdlpack::{Device, ElementType, ExportSpec, IndexOrder};
+use rsdlpack_python::call::call_method;
+use rsdlpack_python::entry::{
+    RsdlImportOptions, rsdlpack_py_export, rsdlpack_py_import, rsdlpack_tensor_release,
+};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// Calls per timed batch and batches per competitor.
+const CALLS: usize = 2_000;
+const ROUNDS: usize = 31;
+
+/// Median nanoseconds per call of each competitor, batches interleaved.
+fn race(competitors: &mut [(&str, &mut dyn FnMut())]) -> Vec<f64> {
+    let mut samples = vec![Vec::with_capacity(ROUNDS); competitors.len()];
+    for (_, f) in competitors.iter_mut() {
+        for _ in 0..CALLS / 10 {
+            f(); // warm up
+        }
+    }
+    for _ in 0..ROUNDS {
+        for (i, (_, f)) in competitors.iter_mut().enumerate() {
+            let start = Instant::now();
+            for _ in 0..CALLS {
+                f();
+            }
+            samples[i].push(start.elapsed().as_secs_f64() * 1e9 / CALLS as f64);
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        })
+        .collect()
+}
+
+fn import_with(object: *mut ffi::PyObject, options: Option<&RsdlImportOptions>) {
+    let mut tensor: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    let options = options.map_or(std::ptr::null(), |o| o as *const _);
+    // SAFETY: a live object, a valid out-pointer; errors are not expected (checked below).
+    let code = unsafe { rsdlpack_py_import(object, options, &mut tensor, std::ptr::null_mut()) };
+    assert_eq!(code, 0, "import failed");
+    // SAFETY: the tensor we were just given.
+    unsafe { rsdlpack_tensor_release(black_box(tensor)) };
+}
+
+fn human(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn main() {
+    let mut csv =
+        String::from("bytes,numpy_ns,floor_ns,floor_dl_device_ns,ours_ns,ours_dl_device_ns\n");
+    Python::attach(|py| {
+        let np = py
+            .import("numpy")
+            .expect("numpy in the venv (scripts/env.sh)");
+        let from_dlpack = np.getattr("from_dlpack").unwrap();
+        let dlpack = pyo3::intern!(py, "__dlpack__");
+        let max_version = pyo3::types::PyTuple::new(py, [1, 3]).unwrap().into_any();
+        let cpu_device = pyo3::types::PyTuple::new(py, [1, 0]).unwrap().into_any();
+        let kw_max_version = rsdlpack_python::keyword_names!(py, "max_version");
+        let kw_with_device = rsdlpack_python::keyword_names!(py, "max_version", "dl_device");
+        let cpu = RsdlImportOptions {
+            has_device: 1,
+            device_type: 1,
+            copy: -1,
+            ..Default::default()
+        };
+
+        if std::env::var("RSDLPACK_BENCH_PROFILE").as_deref() == Ok("import") {
+            let array = np.call_method1("ones", (12,)).unwrap();
+            let start = Instant::now();
+            while start.elapsed().as_secs() < 4 {
+                for _ in 0..10_000 {
+                    import_with(array.as_ptr(), Some(&cpu));
+                }
+            }
+            return;
+        }
+        println!("== import of a NumPy float32 array (ns per call, median of {ROUNDS}×{CALLS})");
+        println!(
+            "{:>9} {:>7} {:>7} {:>9} {:>7} {:>11}   {:>8} {:>8} {:>11} {:>11}",
+            "size",
+            "numpy",
+            "floor",
+            "floor+dev",
+            "ours",
+            "ours+dev",
+            "ours/np",
+            "+dev/np",
+            "ours-floor",
+            "+dev-floor"
+        );
+        for elements in [12usize, 256, 1 << 14, 1 << 18, 1 << 24, 1 << 28] {
+            let array = np
+                .call_method1("ones", (elements,))
+                .unwrap()
+                .call_method1("astype", ("float32",))
+                .unwrap();
+            let raw = array.as_ptr();
+            let times = race(&mut [
+                ("numpy", &mut || {
+                    drop(black_box(from_dlpack.call1((&array,)).unwrap()));
+                }),
+                ("floor", &mut || {
+                    let capsule =
+                        call_method(&array, dlpack, &[], &[&max_version], Some(kw_max_version))
+                            .unwrap();
+                    drop(black_box(capsule));
+                }),
+                ("floor+dev", &mut || {
+                    let capsule = call_method(
+                        &array,
+                        dlpack,
+                        &[],
+                        &[&max_version, &cpu_device],
+                        Some(kw_with_device),
+                    )
+                    .unwrap();
+                    drop(black_box(capsule));
+                }),
+                ("ours", &mut || import_with(raw, None)),
+                ("ours+dev", &mut || import_with(raw, Some(&cpu))),
+            ]);
+            let bytes = elements * 4;
+            println!(
+                "{:>9} {:>7.0} {:>7.0} {:>9.0} {:>7.0} {:>11.0}   {:>7.2}x {:>7.2}x {:>11.0} {:>11.0}",
+                human(bytes),
+                times[0],
+                times[1],
+                times[2],
+                times[3],
+                times[4],
+                times[3] / times[0],
+                times[4] / times[0],
+                times[3] - times[1],
+                times[4] - times[2],
+            );
+            csv.push_str(&format!(
+                "{bytes},{:.1},{:.1},{:.1},{:.1},{:.1}\n",
+                times[0], times[1], times[2], times[3], times[4]
+            ));
+        }
+
+        println!("\n== export round trip (ns per call)");
+        let data = vec![0f32; 256];
+        let spec = ExportSpec::from_julia_layout(
+            data.as_ptr() as usize,
+            Device::CPU,
+            ElementType::Float32,
+            &[16, 16],
+            &[1, 16],
+            IndexOrder::Producer,
+        )
+        .unwrap();
+        let ndarray = np
+            .call_method1("ones", ((16, 16),))
+            .unwrap()
+            .call_method1("astype", ("float32",))
+            .unwrap();
+        let times = race(&mut [
+            ("ours", &mut || {
+                let tensor = rsdlpack::export::export_versioned(&spec, (), 3).unwrap();
+                let mut exporter: *mut ffi::PyObject = std::ptr::null_mut();
+                // SAFETY: an owned tensor handed over, a valid out-pointer.
+                let code = unsafe {
+                    rsdlpack_py_export(tensor.into_raw(), &mut exporter, std::ptr::null_mut())
+                };
+                assert_eq!(code, 0);
+                // SAFETY: a new reference we were just given.
+                let exporter = unsafe { Bound::from_owned_ptr(py, exporter) };
+                drop(black_box(from_dlpack.call1((&exporter,)).unwrap()));
+            }),
+            ("numpy", &mut || {
+                drop(black_box(from_dlpack.call1((&ndarray,)).unwrap()));
+            }),
+        ]);
+        println!(
+            "Rust-owned 16×16 f32 → rsdlpack_py_export → np.from_dlpack: {:.0} ns; \
+             np.from_dlpack(ndarray): {:.0} ns; ratio {:.2}x",
+            times[0],
+            times[1],
+            times[0] / times[1]
+        );
+    });
+    if let Ok(path) = std::env::var("RSDLPACK_BENCH_CSV") {
+        std::fs::write(&path, csv).expect("writing the CSV");
+        println!("\nimport rows written to {path}");
+    }
+}
