@@ -4,6 +4,8 @@ torch, cupy and jax (CUDA builds). Needs no Rust there: it drives the prebuilt P
 
     python3 test/gpu/check_gpu.py test/gpu/lib/librsdlpack_python.so
 
+(test/gpu/run.sh runs this, then the core's Rust GPU tests staged next to the library.)
+
 Every check asserts; the last line reads "N passed, M failed" and the exit status is 1 on any
 failure. It takes a few seconds (one ~1 s sleep kernel per ordering check).
 """

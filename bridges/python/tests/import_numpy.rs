@@ -5,10 +5,12 @@ mod common;
 
 use common::*;
 use pyo3::prelude::*;
+use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::layout::{CopyPolicy, IndexOrder, LayoutPlan, plan};
-use rsdlpack::{DeviceKind, ElementType};
-use rsdlpack_python::request::StreamRequest;
+use rsdlpack::{Device, DeviceKind, ElementType, ExportSpec};
 use rsdlpack_python::{BridgeError, ImportRequest, import};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 /// The numpy array's data address and its strides in elements.
 fn numpy_layout(array: &Bound<'_, PyAny>) -> (usize, Vec<i64>, Vec<i64>) {
@@ -180,16 +182,33 @@ fn the_deleter_runs_exactly_once_on_drop_and_on_error_paths() {
             "released once, not zero or two times"
         );
 
-        // Error after the capsule was taken: device mismatch is detected on our side.
-        let cpu = rsdlpack::Device::CPU;
-        let request = ImportRequest {
-            device: Some(cpu),
-            copy: Some(false),
-            stream: StreamRequest::Omitted,
-        };
-        let ok = import(&array, &request).unwrap();
-        drop(ok);
-        assert_eq!(refcount(&array), before);
+        // Error after the capsule was taken: the producer claims CUDA in __dlpack_device__
+        // but hands over NumPy's host capsule. We consume it, find the device mismatch on our
+        // side, and NumPy's deleter runs (once) before the error returns.
+        let liar = run(
+            py,
+            "class Liar:\n    capsule = None\n    def __init__(self, a): self.a = a\n    def __dlpack_device__(self): return (2, 0)\n    def __dlpack__(self, **kw):\n        Liar.capsule = self.a.__dlpack__(max_version=(1, 3))\n        return Liar.capsule\nresult = Liar",
+        );
+        let lying = liar.call1((&array,)).unwrap();
+        let err = import(&lying, &ImportRequest::default())
+            .err()
+            .expect("a CPU tensor where CUDA was announced");
+        assert!(
+            matches!(&err, BridgeError::Buffer(m) if m.contains("not the requested")),
+            "{err}"
+        );
+        let capsule = liar.getattr("capsule").unwrap();
+        assert!(
+            format!("{capsule:?}").contains("used_dltensor_versioned"),
+            "the error came after the capsule was consumed: {capsule:?}"
+        );
+        liar.setattr("capsule", py.None()).unwrap();
+        drop((capsule, lying));
+        assert_eq!(
+            refcount(&array),
+            before,
+            "released once on the error path, not zero or two times"
+        );
 
         // The producer refuses (CUDA from NumPy): nothing is leaked.
         let cuda = rsdlpack::Device {
@@ -205,6 +224,63 @@ fn the_deleter_runs_exactly_once_on_drop_and_on_error_paths() {
             .expect("NumPy cannot export to CUDA");
         assert!(matches!(err, BridgeError::Producer { .. }), "{err}");
         assert_eq!(refcount(&array), before);
+    });
+}
+
+#[test]
+fn a_consumed_capsule_whose_tensor_fails_validation_is_released_once() {
+    Python::attach(|py| {
+        // A versioned capsule (no destructor: a consumer takes it) whose tensor has a
+        // negative dimension, so validation fails after the capsule was renamed "used".
+        let data = vec![0f32; 4];
+        let count = Arc::new(AtomicUsize::new(0));
+        let spec = ExportSpec::from_julia_layout(
+            data.as_ptr() as usize,
+            Device::CPU,
+            ElementType::Float32,
+            &[4],
+            &[1],
+            IndexOrder::Producer,
+        )
+        .unwrap();
+        let owner = (data, Counted(Arc::clone(&count)));
+        let raw: *mut DLManagedTensorVersioned =
+            rsdlpack::export::export_versioned(&spec, owner, 3)
+                .unwrap()
+                .into_raw();
+        // SAFETY: `raw` is ours; its shape array has one entry.
+        unsafe { *(*raw).dl_tensor.shape = -4 };
+        // SAFETY: a valid pointer and a 'static name; the new reference is owned by `capsule`.
+        let capsule = unsafe {
+            Bound::from_owned_ptr(
+                py,
+                pyo3::ffi::PyCapsule_New(raw.cast(), c"dltensor_versioned".as_ptr(), None),
+            )
+        };
+
+        let err = import(&capsule, &ImportRequest::default())
+            .err()
+            .expect("a negative dimension is refused");
+        assert!(
+            matches!(
+                &err,
+                BridgeError::Core(rsdlpack::Error::NegativeDimension { .. })
+            ),
+            "{err}"
+        );
+        assert!(
+            format!("{capsule:?}").contains("used_dltensor_versioned"),
+            "the error came after the capsule was consumed: {capsule:?}"
+        );
+        assert_eq!(
+            releases(&count),
+            1,
+            "the deleter ran once, before the error"
+        );
+        let again = import(&capsule, &ImportRequest::default()).err().unwrap();
+        assert!(matches!(again, BridgeError::ConsumedCapsule), "{again}");
+        drop(capsule);
+        assert_eq!(releases(&count), 1, "and not again with the capsule");
     });
 }
 

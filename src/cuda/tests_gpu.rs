@@ -1,0 +1,360 @@
+//! The CUDA paths against a real driver and device 0: pointer checks on memory the driver
+//! allocated, stream ordering between two created streams, stream descriptions and device →
+//! host copies.
+//!
+//! Every test here is `#[ignore = "needs a CUDA driver"]`: CI (no driver) lists them as
+//! ignored, and the GPU run (`scripts/gpu_check.sh` stages this test binary, `test/gpu/run.sh`
+//! runs it with `--ignored`) executes them. Each starts with [`device`], which fails rather
+//! than returns when the driver is missing, so a run of `--ignored` without a GPU fails
+//! loudly instead of passing.
+//!
+//! Memory and streams come from cudarc's safe layer (`CudaContext` retains the same primary
+//! context our functions push), so that what the tests hand to our code is owned and freed by
+//! something other than the code under test.
+
+use super::order::order_streams;
+use super::pointer::{check_pointer, pointer_info};
+use super::stream_info::describe_stream;
+use super::to_host::copy_to_host;
+use super::{DeviceContext, driver, driver_available};
+use crate::descriptor::TensorDescriptor;
+use crate::device::{Device, DeviceKind};
+use crate::dtype::ElementType;
+use crate::error::Error;
+use crate::test_support::host_descriptor;
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, result, sys};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const DEVICE_MEMORY: u32 = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+const HOST_MEMORY: u32 = sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
+
+/// Device 0's primary context, current on this thread. Fails (never returns early) without a
+/// driver: cudarc's safe layer panics on a missing library, so the driver is checked first.
+fn device() -> Arc<CudaContext> {
+    driver().expect("needs a CUDA driver (libcuda) and a device");
+    CudaContext::new(0).expect("CUDA device 0")
+}
+
+/// A Float32 descriptor of `shape`/`strides` (elements) at `address` on `device`.
+fn on(device: Device, address: u64, shape: &[i64], strides: &[i64]) -> TensorDescriptor {
+    let mut d = host_descriptor(address as usize, shape, strides, ElementType::Float32);
+    d.device = device;
+    d
+}
+
+const CUDA0: Device = Device {
+    kind: DeviceKind::Cuda,
+    id: 0,
+};
+
+/// `bytes` of device memory from `cuMemAlloc` (not the stream-ordered allocator, so that it
+/// belongs to a context), freed on drop.
+struct DeviceAllocation(sys::CUdeviceptr);
+
+impl DeviceAllocation {
+    fn new(context: &Arc<CudaContext>, bytes: usize) -> Self {
+        context.bind_to_thread().unwrap();
+        // SAFETY: a context is current; the memory is only handed to pointer queries.
+        Self(unsafe { result::malloc_sync(bytes) }.expect("cuMemAlloc"))
+    }
+}
+
+impl Drop for DeviceAllocation {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_sync` in `new`, freed once; errors are ignored in Drop.
+        let _ = unsafe { result::free_sync(self.0) };
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn with_a_driver_the_entry_points_initialise() {
+    let _context = device();
+    assert!(driver_available());
+    drop(DeviceContext::enter(0).expect("device 0's primary context"));
+    let missing = DeviceContext::enter(1 << 20);
+    assert!(
+        matches!(
+            missing,
+            Err(Error::Cuda {
+                call: "cuDeviceGet",
+                ..
+            })
+        ),
+        "no device has ordinal 2^20"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn pointer_checks_accept_real_device_memory_and_catch_false_claims() {
+    let context = device();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+
+    let info = pointer_info(memory.0 as usize, 0).unwrap();
+    assert_eq!(info.memory_type, DEVICE_MEMORY, "{info:?}");
+    assert_eq!(info.device_ordinal, 0, "{info:?}");
+    assert!(!info.managed, "{info:?}");
+    assert_eq!(
+        info.context,
+        context.cu_ctx() as usize,
+        "the primary context"
+    );
+
+    // Any address inside the allocation is known, not only its start.
+    let inside = on(CUDA0, memory.0 + 16 * 4, &[4, 4], &[1, 4]);
+    assert_eq!(check_pointer(&inside).unwrap(), info);
+
+    // The same memory claimed as something else is refused, naming what was claimed.
+    let as_pinned = on(
+        Device {
+            kind: DeviceKind::CudaHost,
+            id: 0,
+        },
+        memory.0,
+        &[64],
+        &[1],
+    );
+    let err = check_pointer(&as_pinned).unwrap_err().to_string();
+    assert!(err.contains("page-locked host memory"), "{err}");
+    let as_managed = on(
+        Device {
+            kind: DeviceKind::CudaManaged,
+            id: 0,
+        },
+        memory.0,
+        &[64],
+        &[1],
+    );
+    let err = check_pointer(&as_managed).unwrap_err().to_string();
+    assert!(err.contains("managed"), "{err}");
+
+    // Host memory the driver never saw, claimed to be on the device.
+    let host = [0f32; 16];
+    let err = check_pointer(&on(CUDA0, host.as_ptr() as u64, &[16], &[1])).unwrap_err();
+    assert!(matches!(err, Error::CudaPointer(_)), "{err}");
+
+    // A device ordinal that does not exist.
+    let elsewhere = on(
+        Device {
+            kind: DeviceKind::Cuda,
+            id: 1 << 20,
+        },
+        memory.0,
+        &[64],
+        &[1],
+    );
+    assert!(matches!(
+        check_pointer(&elsewhere),
+        Err(Error::CudaPointer(_))
+    ));
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn pointer_checks_on_stream_ordered_pinned_and_managed_memory() {
+    let context = device();
+    let stream = context.default_stream();
+
+    // cudarc allocates from the stream-ordered pool where the device supports it (as torch
+    // and CuPy do): device memory of device 0, with or without a context.
+    let slice = stream.alloc_zeros::<f32>(32).unwrap();
+    let (address, _read) = slice.device_ptr(&stream);
+    let info = check_pointer(&on(CUDA0, address, &[32], &[1])).unwrap();
+    assert_eq!((info.memory_type, info.device_ordinal), (DEVICE_MEMORY, 0));
+
+    // Page-locked host memory is what kDLCUDAHost claims.
+    // SAFETY: the memory is only handed to pointer queries, never read uninitialised.
+    let pinned = unsafe { context.alloc_pinned::<f32>(32) }.unwrap();
+    let host_address = pinned.as_ptr().unwrap() as u64;
+    let pinned_device = Device {
+        kind: DeviceKind::CudaHost,
+        id: 0,
+    };
+    let info = check_pointer(&on(pinned_device, host_address, &[32], &[1])).unwrap();
+    assert_eq!(info.memory_type, HOST_MEMORY, "{info:?}");
+    let err = check_pointer(&on(CUDA0, host_address, &[32], &[1])).unwrap_err();
+    assert!(err.to_string().contains("device memory"), "{err}");
+
+    // Managed memory is what kDLCUDAManaged claims.
+    // SAFETY: as above.
+    let unified = unsafe { context.alloc_unified::<f32>(32, true) }.unwrap();
+    let (managed_address, _read) = unified.device_ptr(&stream);
+    let managed_device = Device {
+        kind: DeviceKind::CudaManaged,
+        id: 0,
+    };
+    let info = check_pointer(&on(managed_device, managed_address, &[32], &[1])).unwrap();
+    assert!(info.managed, "{info:?}");
+}
+
+/// Holds a stream (as a host function enqueued on it) until `open` is set, or 10 s pass.
+struct Gate {
+    open: AtomicBool,
+    timed_out: AtomicBool,
+}
+
+unsafe extern "C" fn hold_until_open(gate: *mut c_void) {
+    // SAFETY: `gate` is the `Gate` the test passed, which outlives the stream's work (the test
+    // synchronises the stream before dropping it). No CUDA call is made here.
+    let gate = unsafe { &*gate.cast::<Gate>() };
+    let start = Instant::now();
+    while !gate.open.load(Ordering::SeqCst) {
+        if start.elapsed() > Duration::from_secs(10) {
+            gate.timed_out.store(true, Ordering::SeqCst);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Enqueues a closed gate on `stream`: the stream is busy until the gate is opened.
+fn close(stream: &CudaStream, gate: &Gate) {
+    // SAFETY: the stream is live; `gate` outlives the enqueued call (see `hold_until_open`).
+    unsafe {
+        result::stream::launch_host_function(
+            stream.cu_stream(),
+            hold_until_open,
+            std::ptr::from_ref(gate).cast_mut().cast(),
+        )
+    }
+    .expect("cuLaunchHostFunc");
+}
+
+/// Whether everything enqueued on `stream` so far completes within 200 ms.
+fn completes_soon(context: &Arc<CudaContext>, stream: &CudaStream) -> bool {
+    let marker = context.new_event(None).unwrap();
+    marker.record(stream).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    marker.try_is_complete().unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn order_streams_makes_the_consumer_wait_for_the_producer_and_not_the_host() {
+    let context = device();
+    let producer = context.new_stream().unwrap();
+    let consumer = context.new_stream().unwrap();
+    let gate = Gate {
+        open: AtomicBool::new(false),
+        timed_out: AtomicBool::new(false),
+    };
+    close(&producer, &gate);
+
+    // Control: unordered, the consumer does not wait for the busy producer.
+    assert!(
+        completes_soon(&context, &consumer),
+        "streams are independent"
+    );
+
+    let started = Instant::now();
+    // SAFETY: both are live streams of device 0.
+    let ordered = unsafe {
+        order_streams(
+            0,
+            producer.cu_stream() as usize,
+            consumer.cu_stream() as usize,
+        )
+    };
+    let host = started.elapsed();
+    let waits = !completes_soon(&context, &consumer);
+    gate.open.store(true, Ordering::SeqCst);
+    consumer.synchronize().unwrap();
+    producer.synchronize().unwrap();
+
+    ordered.unwrap();
+    assert!(
+        !gate.timed_out.load(Ordering::SeqCst),
+        "order_streams blocked the host until the producer's gate timed out"
+    );
+    assert!(host < Duration::from_secs(1), "the host waited {host:?}");
+    assert!(waits, "the consumer ran on while the producer was busy");
+    assert!(
+        completes_soon(&context, &consumer),
+        "and ran once it was done"
+    );
+
+    // Equal streams need nothing; the default-stream aliases are accepted as producers.
+    let stream = consumer.cu_stream() as usize;
+    // SAFETY: a live stream of device 0, and the legacy / per-thread default aliases.
+    unsafe {
+        order_streams(0, stream, stream).unwrap();
+        order_streams(0, 1, stream).unwrap();
+        order_streams(0, 2, stream).unwrap();
+    }
+    consumer.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn describe_stream_reports_a_created_streams_context_device_flags_and_priority() {
+    let context = device();
+    let (_least, greatest) = result::stream::get_priority_range().unwrap();
+    let stream = context.new_stream_with_priority(greatest).unwrap();
+    // SAFETY: a live stream.
+    let d = unsafe { describe_stream(stream.cu_stream() as usize) }.unwrap();
+    assert_eq!(d.context, context.cu_ctx() as usize, "{d:?}");
+    assert_eq!(d.device, 0, "{d:?}");
+    let non_blocking = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+    assert_eq!(
+        d.flags & non_blocking,
+        non_blocking,
+        "cudarc streams are non-blocking"
+    );
+    assert_eq!(d.priority, greatest, "{d:?}");
+
+    let plain = context.new_stream().unwrap();
+    // SAFETY: a live stream.
+    let p = unsafe { describe_stream(plain.cu_stream() as usize) }.unwrap();
+    assert_eq!(
+        (p.context, p.device, p.priority),
+        (d.context, 0, 0),
+        "{p:?}"
+    );
+
+    // The aliases stay refused with a driver present.
+    for alias in [0, 1, 2] {
+        // SAFETY: refused before any driver call.
+        let err = unsafe { describe_stream(alias) }.unwrap_err().to_string();
+        assert!(err.contains("default-stream alias"), "{err}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn copy_to_host_brings_compact_and_strided_device_tensors_back() {
+    let context = device();
+    let stream = context.new_stream().unwrap();
+    let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let slice = stream.clone_htod(&values).unwrap();
+    let (address, _read) = slice.device_ptr(&stream);
+    let handle = stream.cu_stream() as usize;
+
+    let read_back = |d: &TensorDescriptor| {
+        // SAFETY: `d` addresses `slice`, which lives on device 0; `handle` is a live stream.
+        let copy = unsafe { copy_to_host(d, handle) }.unwrap();
+        assert_eq!(copy.descriptor.device, Device::CPU);
+        assert!(copy.descriptor.is_copied && copy.descriptor.is_row_major_compact());
+        let bytes = copy.buffer.as_slice();
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect::<Vec<_>>()
+    };
+
+    // Row-major 3×4: the bytes as they are.
+    assert_eq!(read_back(&on(CUDA0, address, &[3, 4], &[4, 1])), values);
+    // Its transpose (4×3): compacted on the host.
+    assert_eq!(
+        read_back(&on(CUDA0, address, &[4, 3], &[1, 4])),
+        vec![0., 4., 8., 1., 5., 9., 2., 6., 10., 3., 7., 11.]
+    );
+    // Every other element, backwards from the last: a negative stride below the start.
+    assert_eq!(
+        read_back(&on(CUDA0, address + 11 * 4, &[6], &[-2])),
+        vec![11., 9., 7., 5., 3., 1.]
+    );
+}
