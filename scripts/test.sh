@@ -11,7 +11,14 @@ cargo clippy --quiet --all-targets -- -D warnings
 cargo clippy --quiet --workspace --all-targets --features rsdlpack-python/embed -- -D warnings
 
 echo "== Rust tests: core, and the Python bridge with an embedded interpreter"
-cargo test --workspace --features rsdlpack-python/embed
+# Tests named without_a_driver_* assert what happens without a CUDA driver; where a driver
+# exists they are skipped (said here) and the GPU tests (--ignored, test/gpu/run.sh) apply.
+no_driver_skip=()
+if "$VENV/bin/python" -c 'import ctypes.util, sys; sys.exit(0 if ctypes.util.find_library("cuda") else 1)'; then
+    echo "SKIPPED: the without_a_driver_* tests (a CUDA driver is present on this machine)"
+    no_driver_skip=(--skip without_a_driver)
+fi
+cargo test --workspace --features rsdlpack-python/embed -- "${no_driver_skip[@]}"
 
 echo "== Python tests: the C entry points through ctypes"
 build_python_bridge

@@ -119,8 +119,9 @@ mod tests {
         let here = driver();
         assert!(
             matches!(here, Err(Error::NoCudaDriver)),
-            "asserts the no-driver behaviour, but this machine answers {here:?}: run the GPU \
-             tests with `cargo test -- --ignored` instead"
+            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
+             skips without_a_driver_* tests where a driver exists; run the GPU tests with \
+             `cargo test -- --ignored` instead"
         );
         assert!(!driver_available());
         assert!(matches!(DeviceContext::enter(0), Err(Error::NoCudaDriver)));

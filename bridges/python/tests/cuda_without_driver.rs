@@ -47,14 +47,15 @@ fn require_no_driver() {
     let here = rsdlpack::cuda::driver();
     assert!(
         matches!(here, Err(rsdlpack::Error::NoCudaDriver)),
-        "asserts the no-driver behaviour, but this machine answers {here:?}; \
-         test/gpu/check_gpu.py checks the bridge where there is a GPU"
+        "asserts the no-driver behaviour, but this machine answers {here:?}; scripts/test.sh \
+         skips without_a_driver_* tests where a driver exists, and test/gpu/check_gpu.py checks \
+         the bridge there"
     );
     assert_eq!(rsdlpack_cuda_driver_available(), 0);
 }
 
 #[test]
-fn importing_a_cuda_capsule_fails_clearly_and_releases_it() {
+fn without_a_driver_importing_a_cuda_capsule_fails_clearly_and_releases_it() {
     require_no_driver();
     Python::attach(|py| {
         let (raw, count) = fake_cuda_tensor();
@@ -110,7 +111,7 @@ fn importing_a_cuda_capsule_fails_clearly_and_releases_it() {
 }
 
 #[test]
-fn describing_a_stream_without_a_driver_is_an_error_not_a_crash() {
+fn without_a_driver_describing_a_stream_is_an_error_not_a_crash() {
     require_no_driver();
     let mut description = rsdlpack::cuda::stream_info::StreamDescription::default();
     let mut message: *mut std::ffi::c_char = std::ptr::null_mut();
