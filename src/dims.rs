@@ -4,9 +4,11 @@
 //! permutation) has at most [`MAX_NDIM`] entries, and importing a tensor builds several of them.
 //! Keeping them inline instead of on the heap takes the allocator off the import path (the
 //! fast-path issue measured ~15 small allocations per plan), and makes a descriptor `Copy`.
-//! A `DimVec` reads like a slice (`Deref<Target = [T]>`) and prints like one.
+//! A `DimVec` reads like a slice (`Deref<Target = [T]>`) and prints like one. Slots past its
+//! length stay uninitialised, so that making one costs nothing.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 
 /// The most dimensions a tensor may have here.
@@ -15,36 +17,27 @@ pub const MAX_NDIM: usize = 32;
 /// Up to [`MAX_NDIM`] values, inline.
 #[derive(Clone, Copy)]
 pub struct DimVec<T: Copy + Default> {
+    /// Invariant: `items[..len]` are initialised.
     len: u8,
-    items: [T; MAX_NDIM],
+    items: [MaybeUninit<T>; MAX_NDIM],
 }
 
 impl<T: Copy + Default> DimVec<T> {
     pub fn new() -> Self {
         Self {
             len: 0,
-            items: [T::default(); MAX_NDIM],
+            items: [MaybeUninit::uninit(); MAX_NDIM],
         }
     }
 
     /// `len` copies of `value`; `None` when `len` exceeds [`MAX_NDIM`].
     pub fn filled(value: T, len: usize) -> Option<Self> {
-        (len <= MAX_NDIM).then(|| {
-            let mut dims = Self::new();
-            dims.items[..len].fill(value);
-            dims.len = len as u8;
-            dims
-        })
+        (len <= MAX_NDIM).then(|| std::iter::repeat_n(value, len).collect())
     }
 
     /// A copy of `values`; `None` when it has more than [`MAX_NDIM`] entries.
     pub fn from_slice(values: &[T]) -> Option<Self> {
-        (values.len() <= MAX_NDIM).then(|| {
-            let mut dims = Self::new();
-            dims.items[..values.len()].copy_from_slice(values);
-            dims.len = values.len() as u8;
-            dims
-        })
+        (values.len() <= MAX_NDIM).then(|| values.iter().copied().collect())
     }
 
     /// Appends `value`.
@@ -53,7 +46,7 @@ impl<T: Copy + Default> DimVec<T> {
     /// When already full: callers build at most one entry per dimension of a tensor whose rank
     /// was checked against [`MAX_NDIM`].
     pub fn push(&mut self, value: T) {
-        self.items[usize::from(self.len)] = value;
+        self.items[usize::from(self.len)] = MaybeUninit::new(value);
         self.len += 1;
     }
 
@@ -71,13 +64,18 @@ impl<T: Copy + Default> Default for DimVec<T> {
 impl<T: Copy + Default> Deref for DimVec<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        &self.items[..usize::from(self.len)]
+        let initialised = &self.items[..usize::from(self.len)];
+        // SAFETY: `items[..len]` are initialised (the type's invariant: only `push` grows
+        // `len`, after writing the slot), and `MaybeUninit<T>` has `T`'s layout.
+        unsafe { &*(initialised as *const [MaybeUninit<T>] as *const [T]) }
     }
 }
 
 impl<T: Copy + Default> DerefMut for DimVec<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.items[..usize::from(self.len)]
+        let initialised = &mut self.items[..usize::from(self.len)];
+        // SAFETY: as in `deref`; writes through the slice keep the slots initialised.
+        unsafe { &mut *(initialised as *mut [MaybeUninit<T>] as *mut [T]) }
     }
 }
 

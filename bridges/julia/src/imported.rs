@@ -78,7 +78,7 @@ pub fn take_tensor(
     let policy = copy_policy_from(copy);
     let tensor = ImportedTensor::new(managed.map_err(core_error)?).map_err(core_error)?;
     let (order, policy) = (order?, policy?);
-    let descriptor = tensor.descriptor().clone();
+    let descriptor = *tensor.descriptor();
     let policy = policy.given(descriptor.is_copied);
     let plan = plan(&descriptor, order, policy).map_err(core_error)?;
     let access = if readonly.as_bool() {
@@ -153,10 +153,10 @@ impl ImportedArray {
         self.descriptor.device.id
     }
 
-    fn result_dims(&self) -> Vec<usize> {
+    fn result_dims(&self) -> rsdlpack::DimVec<usize> {
         match &self.plan {
             LayoutPlan::View(view) => view.result_dims(),
-            LayoutPlan::Empty { dims } | LayoutPlan::Copy { dims, .. } => dims.clone(),
+            LayoutPlan::Empty { dims } | LayoutPlan::Copy { dims, .. } => *dims,
         }
     }
 

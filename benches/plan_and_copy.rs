@@ -1,0 +1,171 @@
+//! Planner and copy-engine costs, as ratios measured in one run (the machines are shared and
+//! noisy: compare within a run, never across runs).
+//!
+//!     bash scripts/bench.sh        (or: cargo bench --bench plan_and_copy)
+//!
+//! - validate + plan, ns per layout (C, F, permuted, stepped, reversed, sliced, size-1 dims,
+//!   (3, 1000003), (4, 2^28), 32 dims): what `from_dlpack` spends deciding before Julia wraps;
+//! - copies of float32 tensors at 1 KiB and 1 GiB into a fresh column-major buffer, on 1 and
+//!   2 rayon threads, per layout (column-major source = contiguous runs, row-major source =
+//!   a transpose, a stepped [::2, ::2] view), as bandwidth relative to a memcpy of the same
+//!   output bytes into a fresh buffer (so both pay for first-touch page faults).
+
+use rsdlpack::copy::{AlignedBuffer, materialize};
+use rsdlpack::dlpark::DlpackFlags;
+use rsdlpack::dlpark::ffi::{DLDataType, DLDevice, DLTensor};
+use rsdlpack::layout::{CopyPolicy, IndexOrder, plan};
+use rsdlpack::{Device, ElementType, TensorDescriptor};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+fn best_of<F: FnMut()>(runs: usize, mut f: F) -> Duration {
+    (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .min()
+        .expect("at least one run")
+}
+
+fn descriptor(first_element: usize, shape: &[i64], strides: &[i64]) -> TensorDescriptor {
+    TensorDescriptor {
+        first_element,
+        device: Device::CPU,
+        element: ElementType::Float32,
+        shape: rsdlpack::DimVec::from_slice(shape).unwrap(),
+        strides: rsdlpack::DimVec::from_slice(strides).unwrap(),
+        read_only: false,
+        is_copied: false,
+        version: None,
+    }
+}
+
+/// Median ns of validate + plan for a raw tensor (never dereferenced: a fake address).
+fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
+    let mut shape = shape.to_vec();
+    let mut strides = strides.to_vec();
+    let tensor = DLTensor {
+        data: (1usize << 40) as *mut _,
+        device: DLDevice::CPU,
+        ndim: shape.len() as i32,
+        dtype: DLDataType::F32,
+        shape: shape.as_mut_ptr(),
+        strides: strides.as_mut_ptr(),
+        byte_offset: 0,
+    };
+    const CALLS: u32 = 20_000;
+    let mut samples: Vec<f64> = (0..15)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..CALLS {
+                // SAFETY: shape and strides point into the vectors above, alive for the loop.
+                let d = unsafe {
+                    TensorDescriptor::validate(black_box(&tensor), None, DlpackFlags::empty())
+                }
+                .unwrap();
+                black_box(plan(&d, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap());
+            }
+            start.elapsed().as_secs_f64() * 1e9 / f64::from(CALLS)
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn planner() {
+    println!("== validate + plan (ns per call, median)");
+    let cube = [6i64 * 6, 6, 1];
+    let layouts: Vec<(&str, Vec<i64>, Vec<i64>)> = vec![
+        ("C-order (3, 4)", vec![3, 4], vec![4, 1]),
+        ("F-order (3, 4)", vec![3, 4], vec![1, 3]),
+        ("permuted 4-d", vec![2, 3, 4, 5], vec![20, 1, 5, 60]),
+        ("stepped a[::2, ::3] of 8×9", vec![4, 3], vec![18, 3]),
+        ("reversed a[::-1] of 12", vec![12], vec![-1]),
+        (
+            "sliced a[:, ::4, ::4] of 6³",
+            vec![6, 2, 2],
+            vec![cube[0], 4 * cube[1], 4],
+        ),
+        (
+            "size-1 dims (1, 3, 1, 4)",
+            vec![1, 3, 1, 4],
+            vec![99, 4, -7, 1],
+        ),
+        (
+            "C-order (3, 1000003)",
+            vec![3, 1_000_003],
+            vec![1_000_003, 1],
+        ),
+        ("C-order (4, 2^28)", vec![4, 1 << 28], vec![1 << 28, 1]),
+        (
+            "32 dims of 2, C-order",
+            vec![2; 32],
+            (0..32).rev().map(|k| 1i64 << k).collect(),
+        ),
+    ];
+    for (name, shape, strides) in layouts {
+        println!("{name:>32}: {:>6.0} ns", plan_ns(&shape, &strides));
+    }
+}
+
+fn copies(threads: usize, side: i64) {
+    let bytes = (side * side) as usize * 4;
+    let source = AlignedBuffer::zeroed(bytes);
+    let address = source.as_ptr() as usize;
+    let runs = if bytes > 1 << 20 { 3 } else { 2001 };
+    let cases = [
+        (
+            "column-major source",
+            descriptor(address, &[side, side], &[1, side]),
+        ),
+        (
+            "row-major source (transpose)",
+            descriptor(address, &[side, side], &[side, 1]),
+        ),
+        (
+            "stepped [::2, ::2]",
+            descriptor(address, &[side / 2, side / 2], &[2 * side, 2]),
+        ),
+    ];
+    for (name, d) in &cases {
+        let out = d.dense_byte_size();
+        // The copy engine writes into a fresh buffer whose pages fault in on first touch: the
+        // fair baseline is a memcpy of as many bytes into a fresh buffer too.
+        let memcpy = best_of(runs, || {
+            let fresh = AlignedBuffer::zeroed(out);
+            // SAFETY: both buffers hold at least `out` bytes and do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), fresh.as_ptr(), out) };
+            drop(black_box(fresh));
+        });
+        let took = best_of(runs, || {
+            // SAFETY: every descriptor addresses elements inside `source`.
+            let copy = unsafe { materialize(d, IndexOrder::Producer) };
+            drop(black_box(copy.unwrap()));
+        });
+        println!(
+            "{:>7} {:>2} thread(s) {name:>30}: {:>10.1} µs, memcpy {:>10.1} µs: {:.2}x memcpy bandwidth",
+            if bytes >= 1 << 30 { "1 GiB" } else { "1 KiB" },
+            threads,
+            took.as_secs_f64() * 1e6,
+            memcpy.as_secs_f64() * 1e6,
+            memcpy.as_secs_f64() / took.as_secs_f64()
+        );
+    }
+}
+
+fn main() {
+    planner();
+    println!("\n== copies into a fresh column-major buffer (best of several)");
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a thread pool");
+        pool.install(|| {
+            copies(threads, 16);
+            copies(threads, 16384);
+        });
+    }
+}
