@@ -221,34 +221,46 @@ pub unsafe fn copy_into(
         return Ok(());
     }
     let (shape, strides) = ordered(descriptor, order);
-    if let Some(tiles) = Tiles::new(&shape, &strides) {
-        // SAFETY: (all arms) as below.
-        unsafe {
-            match descriptor.element.size() {
-                1 => tiles.copy::<1>(source, out),
-                2 => tiles.copy::<2>(source, out),
-                4 => tiles.copy::<4>(source, out),
-                8 => tiles.copy::<8>(source, out),
-                16 => tiles.copy::<16>(source, out),
-                other => unreachable!("no element type is {other} bytes"),
-            }
-        }
-        return Ok(());
+    let size = descriptor.element.size();
+    match Tiles::new(&shape, &strides) {
+        // SAFETY: forwarded from this function's contract; `out` holds exactly
+        // `element_count × size` bytes (checked above).
+        Some(tiles) => unsafe { by_element_size(&tiles, size, source, out) },
+        // SAFETY: as above.
+        None => unsafe { by_element_size(&Runs::new(&shape, &strides), size, source, out) },
     }
-    let runs = Runs::new(&shape, &strides);
-    // SAFETY: (all arms) forwarded from this function's contract; `out` holds exactly
-    // `element_count × size` bytes (checked above).
+    Ok(())
+}
+
+/// A way of copying a strided tensor into a column-major buffer, for elements of `N` bytes.
+trait StridedCopy {
+    /// # Safety
+    /// `source` must be readable at every element offset the shape and strides address;
+    /// `out` must hold exactly the tensor's elements.
+    unsafe fn copy<const N: usize>(&self, source: *const u8, out: &mut [u8]);
+}
+
+/// Runs `copier` for the element size at hand (moving `[u8; N]` values, whatever the type).
+///
+/// # Safety
+/// As [`StridedCopy::copy`].
+unsafe fn by_element_size(
+    copier: &impl StridedCopy,
+    size: usize,
+    source: *const u8,
+    out: &mut [u8],
+) {
+    // SAFETY: (all arms) forwarded from this function's contract.
     unsafe {
-        match descriptor.element.size() {
-            1 => runs.copy::<1>(source, out),
-            2 => runs.copy::<2>(source, out),
-            4 => runs.copy::<4>(source, out),
-            8 => runs.copy::<8>(source, out),
-            16 => runs.copy::<16>(source, out),
+        match size {
+            1 => copier.copy::<1>(source, out),
+            2 => copier.copy::<2>(source, out),
+            4 => copier.copy::<4>(source, out),
+            8 => copier.copy::<8>(source, out),
+            16 => copier.copy::<16>(source, out),
             other => unreachable!("no element type is {other} bytes"),
         }
     }
-    Ok(())
 }
 
 /// Elements per side of a tile: 32 rows of a few cache lines each stay in L1 for any element
@@ -291,8 +303,24 @@ impl<'a> Tiles<'a> {
         })
     }
 
-    /// # Safety
-    /// As [`Runs::copy`].
+    /// Source offset and output index (in elements) of the plane's element (0, 0): planes
+    /// enumerate the dims other than 0 and `t`, first fastest.
+    fn plane_start(&self, mut plane: usize) -> (isize, usize) {
+        let (mut source, mut out, mut out_stride) = (0isize, 0usize, 1usize);
+        for (k, (&n, &s)) in self.shape.iter().zip(self.strides).enumerate() {
+            let n = n as usize;
+            if k != 0 && k != self.t {
+                source += (plane % n) as isize * s as isize;
+                out += (plane % n) * out_stride;
+                plane /= n;
+            }
+            out_stride *= n;
+        }
+        (source, out)
+    }
+}
+
+impl StridedCopy for Tiles<'_> {
     unsafe fn copy<const N: usize>(&self, source: *const u8, out: &mut [u8]) {
         let (rows, cols) = (self.shape[0] as usize, self.shape[self.t] as usize);
         let (row_stride, col_stride) = (self.strides[0] as isize, self.strides[self.t] as isize);
@@ -351,22 +379,6 @@ impl<'a> Tiles<'a> {
                 .for_each(copy_task);
         }
     }
-
-    /// Source offset and output index (in elements) of the plane's element (0, 0): planes
-    /// enumerate the dims other than 0 and `t`, first fastest.
-    fn plane_start(&self, mut plane: usize) -> (isize, usize) {
-        let (mut source, mut out, mut out_stride) = (0isize, 0usize, 1usize);
-        for (k, (&n, &s)) in self.shape.iter().zip(self.strides).enumerate() {
-            let n = n as usize;
-            if k != 0 && k != self.t {
-                source += (plane % n) as isize * s as isize;
-                out += (plane % n) * out_stride;
-                plane /= n;
-            }
-            out_stride *= n;
-        }
-        (source, out)
-    }
 }
 
 /// The tensor seen as runs along its first (result-order) dimension.
@@ -402,9 +414,9 @@ impl<'a> Runs<'a> {
         }
         offset
     }
+}
 
-    /// # Safety
-    /// `source` must be readable at every element offset the shape and strides address.
+impl StridedCopy for Runs<'_> {
     unsafe fn copy<const N: usize>(&self, source: *const u8, out: &mut [u8]) {
         let run_bytes = self.run_len * N;
         // An address, not a pointer, so that the closure may be shared with rayon's threads.

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds in release and prints, in one run, every ratio the benchmarks record: validate + plan
+# per layout, copies against memcpy (1 KiB and 1 GiB, 1 and 2 threads), imports against
+# np.from_dlpack and the producer's own __dlpack__ call, the export round trip. Writes the
+# import rows to target/bench/import.csv and plots them to benches/import_overhead.png.
+# Benchmarks are never timed tests: CI builds them (clippy --all-targets) but asserts no time.
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+"$VENV/bin/python" -c 'import matplotlib' 2>/dev/null ||
+    "$VENV/bin/python" -m pip install --quiet matplotlib
+mkdir -p target/bench
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "== core (crate rsdlpack): cargo bench --bench plan_and_copy"
+cargo bench --quiet --bench plan_and_copy
+echo
+echo "== Python bridge against NumPy: cargo bench -p rsdlpack-python --features embed --bench exchange"
+RSDLPACK_BENCH_CSV="$ROOT/target/bench/import.csv" \
+    cargo bench --quiet -p rsdlpack-python --features embed --bench exchange
+"$VENV/bin/python" scripts/plot_import.py target/bench/import.csv benches/import_overhead.png
