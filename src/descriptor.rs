@@ -199,6 +199,21 @@ pub fn compact_row_major_strides(shape: &[i64]) -> Option<DimVec<i64>> {
     Some(strides)
 }
 
+/// Dense strides of a validated tensor, row-major (`row_major`) or column-major. Validation
+/// bounds the dense size of a non-empty tensor, so only an empty tensor's can overflow; it
+/// addresses nothing, and 0 stands in for a stride that does not fit in `i64`.
+pub fn dense_strides(shape: &[i64], row_major: bool) -> DimVec<i64> {
+    let ndim = shape.len();
+    let mut strides = DimVec::filled(0i64, ndim).expect("a validated rank");
+    let mut running = Some(1i64);
+    for i in 0..ndim {
+        let k = if row_major { ndim - 1 - i } else { i };
+        strides[k] = running.unwrap_or(0);
+        running = running.and_then(|r| r.checked_mul(shape[k].max(1)));
+    }
+    strides
+}
+
 /// Whether `strides` are the compact row-major ones for `shape`, ignoring size-1 dimensions.
 fn is_row_major_compact(shape: &[i64], strides: &[i64]) -> bool {
     compact_row_major_strides(shape).is_some_and(|compact| {

@@ -96,14 +96,12 @@ impl ExportSpec {
     }
 
     /// The spec of a copy of `descriptor` that [`crate::copy::materialize`] made at `address`
-    /// with [`IndexOrder::Producer`]: same shape, column-major strides, ordinary host memory
+    /// with [`IndexOrder::Producer`]: same shape, column-major strides (packed sub-byte
+    /// elements: the row-major bytes the copy engine moves verbatim), ordinary host memory
     /// (whatever the source was), writable, and IS_COPIED.
     pub fn of_copy(descriptor: &TensorDescriptor, address: usize) -> Self {
-        // Validation bounded the dense size, so these products fit.
-        let mut strides = DimVec::filled(1i64, descriptor.shape.len()).expect("validated rank");
-        for k in 1..strides.len() {
-            strides[k] = strides[k - 1] * descriptor.shape[k - 1].max(1);
-        }
+        let packed = matches!(descriptor.element, ElementType::PackedBits { .. });
+        let strides = crate::descriptor::dense_strides(&descriptor.shape, packed);
         Self {
             first_element: address,
             device: Device::CPU,
@@ -164,11 +162,27 @@ pub fn reexport_versioned<O: Send + 'static>(
     descriptor: &TensorDescriptor,
     owner: O,
 ) -> Result<Managed<DLManagedTensorVersioned>> {
-    build_versioned(
-        &ExportSpec::of(descriptor),
-        owner,
-        DLPackVersion::CURRENT.minor,
-    )
+    // SAFETY: a spec of a validated descriptor, unchanged.
+    unsafe {
+        export_versioned_prevalidated(
+            &ExportSpec::of(descriptor),
+            owner,
+            DLPackVersion::CURRENT.minor,
+        )
+    }
+}
+
+/// As [`export_versioned`], without validating the spec again.
+///
+/// # Safety
+/// `spec` must be [`ExportSpec::of`] or [`ExportSpec::of_copy`] of a validated descriptor, with
+/// at most its READ_ONLY or IS_COPIED flag changed: consumers read memory by what it says.
+pub unsafe fn export_versioned_prevalidated<O: Send + 'static>(
+    spec: &ExportSpec,
+    owner: O,
+    minor_version: u32,
+) -> Result<Managed<DLManagedTensorVersioned>> {
+    build_versioned(spec, owner, minor_version)
 }
 
 fn build_versioned<O: Send + 'static>(
@@ -315,6 +329,35 @@ mod tests {
         assert_eq!(
             (spec.device, spec.read_only, spec.is_copied),
             (Device::CPU, false, true)
+        );
+    }
+
+    #[test]
+    fn copies_of_packed_and_of_huge_empty_tensors_describe_what_was_written() {
+        let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
+        let packed = crate::test_support::host_descriptor(4096, &[3, 5], &[5, 1], fp4);
+        let spec = ExportSpec::of_copy(&packed, 4096);
+        assert_eq!(
+            spec.strides,
+            [5, 1],
+            "packed bytes are copied row-major, verbatim"
+        );
+        let (owner, _) = CountingOwner::new();
+        assert!(
+            export_versioned(&spec, owner, 3).is_ok(),
+            "the spec validates"
+        );
+        let empty = crate::test_support::host_descriptor(
+            4096,
+            &[0, 1 << 62, 4, 4],
+            &[0, 16, 4, 1],
+            ElementType::Float32,
+        );
+        let spec = ExportSpec::of_copy(&empty, 4096);
+        assert_eq!(
+            spec.strides,
+            [1, 1, 1 << 62, 0],
+            "4·2^62 does not fit: 0 for an empty tensor"
         );
     }
 

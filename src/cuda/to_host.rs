@@ -60,8 +60,7 @@ pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Resu
     // SAFETY: `on_host` describes `span`, which we own and nobody writes.
     let buffer = unsafe { materialize(&on_host, IndexOrder::Reversed) }?;
     on_host.first_element = buffer.as_ptr() as usize;
-    on_host.strides =
-        crate::descriptor::compact_row_major_strides(&on_host.shape).expect("validated shape");
+    on_host.strides = crate::descriptor::dense_strides(&on_host.shape, true);
     Ok(HostCopy {
         buffer,
         descriptor: on_host,

@@ -182,17 +182,24 @@ fn the_deleter_runs_exactly_once_on_drop_and_on_error_paths() {
             "released once, not zero or two times"
         );
 
-        // Error after the capsule was taken: the producer claims CUDA in __dlpack_device__
-        // but hands over NumPy's host capsule. We consume it, find the device mismatch on our
-        // side, and NumPy's deleter runs (once) before the error returns.
+        // Error after the capsule was taken: we ask for CUDA memory, and the producer ignores
+        // the request and hands over NumPy's host capsule. We consume it, find the device
+        // mismatch on our side, and NumPy's deleter runs (once) before the error returns.
         let liar = run(
             py,
             "class Liar:\n    capsule = None\n    def __init__(self, a): self.a = a\n    def __dlpack_device__(self): return (2, 0)\n    def __dlpack__(self, **kw):\n        Liar.capsule = self.a.__dlpack__(max_version=(1, 3))\n        return Liar.capsule\nresult = Liar",
         );
         let lying = liar.call1((&array,)).unwrap();
-        let err = import(&lying, &ImportRequest::default())
+        let on_cuda = ImportRequest {
+            device: Some(rsdlpack::Device {
+                kind: DeviceKind::Cuda,
+                id: 0,
+            }),
+            ..ImportRequest::default()
+        };
+        let err = import(&lying, &on_cuda)
             .err()
-            .expect("a CPU tensor where CUDA was announced");
+            .expect("a CPU tensor where CUDA was asked for");
         assert!(
             matches!(&err, BridgeError::Buffer(m) if m.contains("not the requested")),
             "{err}"
@@ -394,5 +401,32 @@ fn producers_that_predate_max_version_are_asked_again_without_it() {
         );
         let calls: Vec<Option<i64>> = old.getattr("calls").unwrap().extract().unwrap();
         assert_eq!(calls, vec![None], "called once more, without max_version");
+    });
+}
+
+#[test]
+fn dlpack_device_is_asked_only_for_a_stream_and_must_answer_a_tuple() {
+    Python::attach(|py| {
+        let odd = run(
+            py,
+            "class Odd:\n    asked = 0\n    def __init__(self, a): self.a = a\n    def __dlpack_device__(self):\n        Odd.asked += 1\n        return None\n    def __dlpack__(self, **kw): return self.a.__dlpack__(max_version=(1, 3))\nresult = Odd",
+        );
+        let array = run(py, "result = np.arange(3.0)");
+        let object = odd.call1((&array,)).unwrap();
+        // Without a stream the capsule alone says where the tensor is: no device query.
+        import_default(&object);
+        assert_eq!(odd.getattr("asked").unwrap().extract::<i64>().unwrap(), 0);
+        let with_stream = ImportRequest {
+            stream: rsdlpack::stream::StreamRequest::LegacyDefault,
+            ..ImportRequest::default()
+        };
+        let err = import(&object, &with_stream)
+            .err()
+            .expect("None is not a device");
+        assert!(
+            matches!(&err, BridgeError::Argument(m) if m.contains("not a (device_type, device_id) tuple")),
+            "{err}"
+        );
+        assert_eq!(odd.getattr("asked").unwrap().extract::<i64>().unwrap(), 1);
     });
 }
