@@ -94,6 +94,6 @@ pub fn pending() -> usize {
 /// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
 /// deleter releases the original under the GIL (see the module docs).
 pub fn rewrap(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
-    let descriptor = *tensor.descriptor();
-    reexport_versioned(&descriptor, PythonProduced::new(tensor.into_managed()))
+    let (managed, descriptor) = tensor.into_parts();
+    reexport_versioned(&descriptor, PythonProduced::new(managed))
 }
