@@ -22,19 +22,19 @@ cargo test --workspace --features rsdlpack-python/embed -- "${no_driver_skip[@]}
 
 echo "== Python tests: the C entry points through ctypes"
 build_python_bridge
-"$VENV/bin/python" -m pytest -q tests/python
+"$VENV/bin/python" -m pytest -q test/python
 
 echo "== Julia bridge: jlrs type-check and lints without Julia (DOCS_RS=1, own target dir)"
 DOCS_RS=1 cargo clippy --quiet --manifest-path bridges/julia/Cargo.toml \
     --target-dir "$ROOT/target/jlrs-check" -- -D warnings
 
 echo "== Julia sources: every .jl file parsed with tree-sitter-julia"
-"$VENV/bin/python" scripts/parse_julia.py julia
+"$VENV/bin/python" scripts/parse_julia.py
 
-echo "== Julia test suite (julia/test/runtests.jl)"
+echo "== Julia test suite (test/runtests.jl)"
 if command -v julia >/dev/null 2>&1; then
-    RSDLPACK_TEST_PYTHON="$VENV/bin/python" julia --project=julia \
+    RSDLPACK_TEST_PYTHON="$VENV/bin/python" julia --project=. \
         -e 'using Pkg; Pkg.instantiate(); Pkg.build(); Pkg.test()'
 else
-    echo "NOT RUN: julia is not on PATH, so julia/test/runtests.jl was not executed here."
+    echo "NOT RUN: julia is not on PATH, so test/runtests.jl was not executed here."
 fi

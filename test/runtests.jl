@@ -1,7 +1,7 @@
 # RsDLPack's Julia test suite: the Rust tests' cases, through PyCall and PythonCall, against
 # NumPy (and JAX and PyTorch when installed). Runs as-is wherever `julia` is:
 #
-#     RSDLPACK_TEST_PYTHON=/path/to/python-with-numpy julia --project=julia -e 'using Pkg; Pkg.build(); Pkg.test()'
+#     RSDLPACK_TEST_PYTHON=/path/to/python-with-numpy julia --project=. -e 'using Pkg; Pkg.build(); Pkg.test()'
 #
 # RSDLPACK_TEST_PYTHON points both front-ends at one interpreter (PythonCall without CondaPkg;
 # PyCall needs `Pkg.build("PyCall")` after ENV["PYTHON"] changes). Each front-end runs in its

@@ -2,7 +2,7 @@
 # runtests.jl when CUDA.jl is in the environment; or run directly in an environment that has
 # RsDLPack, CUDA and PythonCall (a functional GPU and torch with CUDA are required):
 #
-#     julia --project=ENV julia/test/cuda.jl
+#     julia --project=ENV test/cuda.jl
 
 using Test, CUDA, PythonCall, RsDLPack
 

@@ -5,7 +5,7 @@
 
 import Libdl
 
-const ROOT = normpath(joinpath(@__DIR__, "..", ".."))
+const ROOT = normpath(joinpath(@__DIR__, ".."))
 const CARGO = get(ENV, "CARGO", "cargo")
 library_file(name) = "lib" * name * "." * Libdl.dlext
 

@@ -16,16 +16,19 @@ CUDA for `CuArray`s.
 """
 module RsDLPack
 
+# The Julia sources live in julia/ (this directory holds the Rust core beside this entry file,
+# which Pkg requires at src/RsDLPack.jl).
+
 export from_dlpack, share, flush_releases, cuda_stream, DLPackError, ReadOnlyArray
 
-include("errors.jl")
-include("library.jl")
-include("eltypes.jl")
-include("readonly.jl")
-include("python_bridge.jl")
-include("arrays.jl")
-include("import.jl")
-include("share.jl")
-include("cuda.jl")
+include("../julia/errors.jl")
+include("../julia/library.jl")
+include("../julia/eltypes.jl")
+include("../julia/readonly.jl")
+include("../julia/python_bridge.jl")
+include("../julia/arrays.jl")
+include("../julia/import.jl")
+include("../julia/share.jl")
+include("../julia/cuda.jl")
 
 end # module
