@@ -1,38 +1,66 @@
-# `Pkg.build("RsDLPack")`: compiles the two Rust libraries (release) and records their paths
-# in deps/deps.jl, where the package finds them. Needs cargo (rustup.rs) and, for the Python
-# bridge, nothing at all from Python: it is an abi3 library that takes its Python symbols from
-# the process that loads it.
+# `Pkg.build("RsDLPack")`: compiles the two Rust libraries (release) in this depot's scratch
+# space for RsDLPack and records their paths there (deps.toml), where the package finds them
+# (julia/library.jl). Nothing is written into the package directory, which Pkg installs
+# read-only; see julia/build_paths.jl for the layout of the scratch space.
+#
+# The cargo steps are data, in deps/build.toml, shared with the CI check that runs them from a
+# read-only copy of the package (test/python/test_install.py).
+#
+# Needs cargo (https://rustup.rs; the environment variable CARGO names another executable).
+# The Python bridge needs nothing from Python at build time: it is an abi3 library that takes
+# its Python symbols from the process that loads it.
 
 import Libdl
+import Scratch
+import TOML
 
-const ROOT = normpath(joinpath(@__DIR__, ".."))
+const PACKAGE = dirname(@__DIR__)
 const CARGO = get(ENV, "CARGO", "cargo")
-library_file(name) = "lib" * name * "." * Libdl.dlext
+include(joinpath(PACKAGE, "julia", "build_paths.jl"))
 
-function cargo(args, env)
-    cmd = addenv(`$CARGO $args`, env...)
-    @info "RsDLPack build" cmd
-    run(cmd)
+const PACKAGE_UUID = Base.UUID(TOML.parsefile(joinpath(PACKAGE, "Project.toml"))["uuid"])
+const SCRATCH = Scratch.get_scratch!(PACKAGE_UUID, build_key())
+const PLACEHOLDERS = ("{julia_dir}" => dirname(Sys.BINDIR),)
+
+"Runs one step of deps/build.toml; returns the path of the library cargo built."
+function cargo_build(step::Dict)
+    target = joinpath(SCRATCH, "target", step["name"])
+    manifest = joinpath(PACKAGE, step["manifest"])
+    cmd = `$CARGO $(step["args"]) --manifest-path $manifest --target-dir $target`
+    env = Dict{String,String}(ENV)
+    foreach(name -> delete!(env, name), step["env_remove"])
+    for (name, value) in step["env"]
+        env[name] = replace(value, PLACEHOLDERS...)
+    end
+    env["CARGO_TARGET_DIR"] = target
+    @info "RsDLPack build: $(step["name"])" cmd
+    run(setenv(cmd, env; dir=SCRATCH))  # the working directory is outside the package too
+    built = joinpath(target, "release", "lib" * step["crate"] * "." * Libdl.dlext)
+    isfile(built) || error("RsDLPack build: cargo finished but $built is missing")
+    return built
 end
 
-# The jlrs bridge links this very Julia.
-julia_manifest = joinpath(ROOT, "bridges", "julia", "Cargo.toml")
-cargo(`build --release --manifest-path $julia_manifest`,
-      ["JLRS_JULIA_DIR" => dirname(Sys.BINDIR)])
-julia_bridge = joinpath(ROOT, "bridges", "julia", "target", "release", library_file("rsdlpack_julia"))
-
-# The Python bridge must not link libpython (PyCall/PythonCall already loaded one).
-python_target = joinpath(ROOT, "target", "ext")
-cargo(`build --release -p rsdlpack-python --manifest-path $(joinpath(ROOT, "Cargo.toml")) --target-dir $python_target`,
-      ["PYO3_BUILD_EXTENSION_MODULE" => "1", "PYO3_NO_PYTHON" => get(ENV, "PYO3_NO_PYTHON", "1")])
-python_bridge = joinpath(python_target, "release", library_file("rsdlpack_python"))
-
-for path in (julia_bridge, python_bridge)
-    isfile(path) || error("RsDLPack build: expected $path after cargo build")
+"Copies `source` to `destination` through a rename, so that a session which has the old file
+loaded keeps it (overwriting a loaded library in place can crash that session)."
+function install(source::AbstractString, destination::AbstractString)
+    staging = destination * ".partial"
+    cp(source, staging; force=true)
+    mv(staging, destination; force=true)
+    return destination
 end
 
-open(joinpath(@__DIR__, "deps.jl"), "w") do io
-    println(io, "# Written by deps/build.jl.")
-    println(io, "const julia_bridge = ", repr(julia_bridge))
-    println(io, "const python_bridge = ", repr(python_bridge))
+function build()
+    libraries = libraries_dir(SCRATCH, PACKAGE)
+    mkpath(libraries)
+    recorded = Dict{String,Any}("package" => PACKAGE, "julia" => string(VERSION))
+    for step in TOML.parsefile(joinpath(@__DIR__, "build.toml"))["library"]
+        built = cargo_build(step)
+        recorded[step["name"]] = install(built, joinpath(libraries, basename(built)))
+    end
+    staging = deps_file(SCRATCH, PACKAGE) * ".partial"
+    open(io -> TOML.print(io, recorded; sorted=true), staging, "w")
+    mv(staging, deps_file(SCRATCH, PACKAGE); force=true)
+    @info "RsDLPack build: libraries recorded in $(deps_file(SCRATCH, PACKAGE))"
 end
+
+build()

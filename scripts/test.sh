@@ -20,9 +20,11 @@ if "$VENV/bin/python" -c 'import ctypes.util, sys; sys.exit(0 if ctypes.util.fin
 fi
 cargo test --workspace --features rsdlpack-python/embed -- "${no_driver_skip[@]}"
 
-echo "== Python tests: the C entry points through ctypes"
+echo "== Python tests: the C entry points through ctypes; the simulated Pkg install; the Julia checks' self-tests"
 build_python_bridge
-"$VENV/bin/python" -m pytest -q test/python
+# test_install.py builds from a read-only copy of the tracked files; its cargo targets are kept
+# here so that only RsDLPack's own crates are recompiled on each run.
+RSDLPACK_INSTALL_TARGET="$ROOT/target/install-check" "$VENV/bin/python" -m pytest -q test/python
 
 echo "== Julia bridge: jlrs type-check and lints without Julia (DOCS_RS=1, own target dir)"
 DOCS_RS=1 cargo clippy --quiet --manifest-path bridges/julia/Cargo.toml \

@@ -22,6 +22,7 @@ module RsDLPack
 export from_dlpack, share, flush_releases, cuda_stream, DLPackError, ReadOnlyArray
 
 include("../julia/errors.jl")
+include("../julia/build_paths.jl")
 include("../julia/library.jl")
 include("../julia/eltypes.jl")
 include("../julia/readonly.jl")
