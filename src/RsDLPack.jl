@@ -7,7 +7,7 @@ CuPy) over DLPack 1.x, through PyCall or PythonCall.
 - [`from_dlpack`](@ref): a Python tensor (or DLPack capsule) as a Julia array over the same memory;
 - [`share`](@ref): a Julia array handed to a Python consumer such as `torch.from_dlpack`;
 - [`RsDLPack.unsafe_free!`](@ref): release an imported tensor now instead of at garbage collection;
-- [`cuda_stream`](@ref): a CUDA.jl `CuStream` for a foreign stream handle (CUDA extension);
+- [`unsafe_cuda_stream`](@ref): a CUDA.jl `CuStream` for a foreign stream handle (CUDA extension);
 - [`flush_releases`](@ref): run Python deleters that were deferred to a thread holding the GIL.
 
 The decisions (validation, layout, ownership, copies) are made in Rust; this package composes
@@ -19,7 +19,7 @@ module RsDLPack
 # The Julia sources live in julia/ (this directory holds the Rust core beside this entry file,
 # which Pkg requires at src/RsDLPack.jl).
 
-export from_dlpack, share, flush_releases, cuda_stream, DLPackError, ReadOnlyArray
+export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray
 
 include("../julia/errors.jl")
 include("../julia/build_paths.jl")

@@ -32,13 +32,14 @@ else
                 @test pyconvert(Vector{Int}, pylist(u.shape)) == [2, 3]
                 @test pyconvert(Float64, u[1, 2].item()) == 6
             end
-            @testset "cuda_stream wraps torch's stream" begin
+            @testset "unsafe_cuda_stream wraps torch's stream" begin
                 ts = torch.cuda.Stream()
-                s = cuda_stream(pyconvert(UInt, ts.cuda_stream))
+                s = unsafe_cuda_stream(pyconvert(UInt, ts.cuda_stream))
                 @test s isa CuStream
-                @test UInt(Base.unsafe_convert(CUDA.CUstream, s)) == pyconvert(UInt, ts.cuda_stream)
+                # CUDA.CUstream is not public in CUDA.jl 6: the handle type comes from the struct.
+                @test UInt(Base.unsafe_convert(fieldtype(CuStream, :handle), s)) == pyconvert(UInt, ts.cuda_stream)
                 @test getfield(s, :ctx) == CUDA.context()  # the context the driver reported
-                err = try cuda_stream(1); nothing catch e; e end
+                err = try unsafe_cuda_stream(1); nothing catch e; e end
                 @test err isa DLPackError && occursin("default-stream alias", err.message)
             end
         end
