@@ -16,7 +16,7 @@ import TOML
 
 const PACKAGE = dirname(@__DIR__)
 const CARGO = get(ENV, "CARGO", "cargo")
-include(joinpath(PACKAGE, "julia", "build_paths.jl"))
+include("../julia/build_paths.jl")  # static, so that fatou follows it
 
 const PACKAGE_UUID = Base.UUID(TOML.parsefile(joinpath(PACKAGE, "Project.toml"))["uuid"])
 const SCRATCH = Scratch.get_scratch!(PACKAGE_UUID, build_key())

@@ -1,5 +1,7 @@
 # CUDA.jl for RsDLPack: CuArray targets for from_dlpack, CuArrays for share, CuStream objects
 # for foreign stream handles. Only methods of hooks the package declares.
+# fatou-ignore-file type-piracy: an extension adds methods to RsDLPack's own hooks for its trigger package's types
+# fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 module RsDLPackCUDAExt
 
 using CUDA: CUDA, CuArray, CuContext, CuPtr, CuStream

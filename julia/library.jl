@@ -6,12 +6,6 @@
 #   3. what `Pkg.build` recorded in the depot's scratch space (deps/build.jl; paths in
 #      julia/build_paths.jl).
 
-import Libdl
-import JlrsCore
-import Preferences
-import Scratch
-import TOML
-
 const PACKAGE_DIR = dirname(@__DIR__)
 # Scratch.jl attributes the space to this package, so `Pkg.gc()` keeps it while RsDLPack is
 # installed anywhere in the depot.
@@ -77,7 +71,7 @@ end
 The jlrs bridge's functions (see bridges/julia/src/lib.rs for the manifest).
 """
 module Native
-using JlrsCore.Wrap
+using JlrsCore.Wrap: @wrapmodule, @initjlrs  # named: a whole-module `using` hides every name from fatou
 import ..RsDLPack: native_library_path
 
 @wrapmodule(native_library_path(), :rsdlpack_julia_init)

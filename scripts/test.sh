@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust core, Python bridge against real NumPy/JAX (embedded and through
-# ctypes), the jlrs bridge type-check, every .jl file parsed, and the Julia suite where Julia is.
+# ctypes), a simulated Pkg install from a read-only copy, the jlrs bridge type-check, every .jl
+# file parsed and linted, and the Julia suite where Julia is.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 
@@ -32,6 +33,10 @@ DOCS_RS=1 cargo clippy --quiet --manifest-path bridges/julia/Cargo.toml \
 
 echo "== Julia sources: every .jl file parsed with tree-sitter-julia"
 "$VENV/bin/python" scripts/parse_julia.py
+
+echo "== Julia lint: fatou, with the package's entry points (fatou.toml), then in package mode (scripts/fatou-package.toml)"
+"$VENV/bin/fatou" lint --color never .
+"$VENV/bin/fatou" lint --color never --config scripts/fatou-package.toml .
 
 echo "== Julia test suite (test/runtests.jl)"
 if command -v julia >/dev/null 2>&1; then

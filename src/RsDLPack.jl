@@ -17,7 +17,14 @@ CUDA for `CuArray`s.
 module RsDLPack
 
 # The Julia sources live in julia/ (this directory holds the Rust core beside this entry file,
-# which Pkg requires at src/RsDLPack.jl).
+# which Pkg requires at src/RsDLPack.jl). Every package the sources use is imported here, where
+# the linter checks imports against Project.toml (scripts/fatou-package.toml).
+
+import JlrsCore
+import Libdl
+import Preferences
+import Scratch
+import TOML
 
 export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray
 

@@ -5,7 +5,10 @@
 #
 #     julia --project=ENV test/cuda.jl
 
-using Test, CUDA, PythonCall, RsDLPack
+using Test: @test, @testset, @test_skip
+using CUDA: CUDA, CuArray, CuStream
+using PythonCall: PyException, pyconvert, pyimport, pylist
+using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError
 
 "Whether torch imports and sees a GPU (false when torch is not installed)."
 function has_torch_cuda()
