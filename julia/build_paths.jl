@@ -12,7 +12,19 @@ build_key() = "build-julia-$(VERSION.major).$(VERSION.minor)"
 
 "Directory, in the scratch space, of the libraries built from the package at `package`."
 libraries_dir(scratch::AbstractString, package::AbstractString) =
-    joinpath(scratch, "lib-" * string(hash(realpath(package)); base=36))
+    joinpath(scratch, "lib-" * path_digest(realpath(package)))
+
+"""
+FNV-1a of the path's bytes, in base 36: the same in the build process and in every session
+(unlike `hash`, whose values Julia does not promise to keep across versions or processes).
+"""
+function path_digest(path::AbstractString)
+    digest = 0xcbf29ce484222325
+    for byte in codeunits(path)
+        digest = (digest ⊻ byte) * 0x00000100000001b3
+    end
+    return string(digest; base=36)
+end
 
 "The file that records the built libraries' paths (TOML: julia_bridge, python_bridge)."
 deps_file(scratch::AbstractString, package::AbstractString) =
