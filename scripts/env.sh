@@ -23,7 +23,7 @@ export PYTHONPATH
 # The library Julia and ctypes load: no libpython link (symbols come from the host process).
 # Built in its own target dir, since the environment variable changes pyo3's build.
 EXT_TARGET="$ROOT/target/ext"
-# Built exactly as julia/deps/build.jl builds it (no interpreter needed: abi3).
+# Built as deps/build.jl builds it (no interpreter needed: abi3).
 build_python_bridge() {
     env -u PYO3_PYTHON PYO3_NO_PYTHON=1 PYO3_BUILD_EXTENSION_MODULE=1 \
         cargo build --release --quiet -p rsdlpack-python --target-dir "$EXT_TARGET"

@@ -8,6 +8,10 @@ import sys
 import tree_sitter
 import tree_sitter_julia
 
+# The Julia package's directories (the repository root is the package).
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE_DIRS = ("src", "julia", "ext", "deps", "test")
+
 parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_julia.language()))
 
 
@@ -36,4 +40,4 @@ def main(roots):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or ["julia"]))
+    sys.exit(main(sys.argv[1:] or [str(ROOT / d) for d in PACKAGE_DIRS]))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust core, Python bridge against real NumPy/JAX (embedded and through
-# ctypes), the jlrs bridge type-check, every .jl file parsed, and the Julia suite where Julia is.
+# ctypes), a simulated Pkg install from a read-only copy, the jlrs bridge type-check, every .jl
+# file parsed and linted, and the Julia suite where Julia is.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 
@@ -20,21 +21,27 @@ if "$VENV/bin/python" -c 'import ctypes.util, sys; sys.exit(0 if ctypes.util.fin
 fi
 cargo test --workspace --features rsdlpack-python/embed -- "${no_driver_skip[@]}"
 
-echo "== Python tests: the C entry points through ctypes"
+echo "== Python tests: the C entry points through ctypes; the simulated Pkg install; the Julia checks' self-tests"
 build_python_bridge
-"$VENV/bin/python" -m pytest -q tests/python
+# test_install.py builds from a read-only copy of the tracked files; its cargo targets are kept
+# here so that only RsDLPack's own crates are recompiled on each run.
+RSDLPACK_INSTALL_TARGET="$ROOT/target/install-check" "$VENV/bin/python" -m pytest -q test/python
 
 echo "== Julia bridge: jlrs type-check and lints without Julia (DOCS_RS=1, own target dir)"
 DOCS_RS=1 cargo clippy --quiet --manifest-path bridges/julia/Cargo.toml \
     --target-dir "$ROOT/target/jlrs-check" -- -D warnings
 
 echo "== Julia sources: every .jl file parsed with tree-sitter-julia"
-"$VENV/bin/python" scripts/parse_julia.py julia
+"$VENV/bin/python" scripts/parse_julia.py
 
-echo "== Julia test suite (julia/test/runtests.jl)"
+echo "== Julia lint: fatou, with the package's entry points (fatou.toml), then in package mode (scripts/fatou-package.toml)"
+"$VENV/bin/fatou" lint --color never .
+"$VENV/bin/fatou" lint --color never --config scripts/fatou-package.toml .
+
+echo "== Julia test suite (test/runtests.jl)"
 if command -v julia >/dev/null 2>&1; then
-    RSDLPACK_TEST_PYTHON="$VENV/bin/python" julia --project=julia \
+    RSDLPACK_TEST_PYTHON="$VENV/bin/python" julia --project=. \
         -e 'using Pkg; Pkg.instantiate(); Pkg.build(); Pkg.test()'
 else
-    echo "NOT RUN: julia is not on PATH, so julia/test/runtests.jl was not executed here."
+    echo "NOT RUN: julia is not on PATH, so test/runtests.jl was not executed here."
 fi

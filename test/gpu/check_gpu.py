@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "python"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
 from rsdlpack_ctypes import Bridge, ImportOptions, first_element, shape_of  # noqa: E402
 
 KDLCUDA = 2

@@ -3,7 +3,7 @@
 //! It maps, and decides nothing: the core validates, plans and copies; this crate hands Julia
 //! the core's answers as plain numbers (addresses, dims, ranges, a permutation) and keeps the
 //! managed tensors alive in an opaque Julia object. Julia composes the array from those numbers
-//! (`julia/src/arrays.jl`).
+//! (`julia/arrays.jl`).
 //!
 //! It never links Python: tensors arrive as `DLManagedTensorVersioned*` addresses, made by the
 //! Python bridge (or anyone else), and leave the same way.

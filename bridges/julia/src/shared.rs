@@ -1,7 +1,7 @@
 //! Export of Julia arrays: a managed tensor over the array's memory that roots the array until
 //! the consumer's deleter runs.
 //!
-//! Rooting lives on the Julia side (a locked `Dict` from root id to array, `julia/src/share.jl`)
+//! Rooting lives on the Julia side (a locked `Dict` from root id to array, `julia/share.jl`)
 //! because a Julia object can only be kept alive from Julia. The deleter may run on any thread
 //! (a Python consumer frees tensors wherever it likes), and no Julia code may run there, so the
 //! owner's drop only queues the root id; Julia unroots queued ids at its next RsDLPack call

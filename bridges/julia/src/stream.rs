@@ -16,7 +16,7 @@ use jlrs::weak_handle;
 use rsdlpack::cuda::stream_info::StreamDescription;
 
 fn describe(handle: usize) -> JlrsResult<StreamDescription> {
-    // SAFETY: the only caller is Julia's `RsDLPack.cuda_stream(handle)`, whose documented
+    // SAFETY: the only caller is Julia's `RsDLPack.unsafe_cuda_stream(handle)`, whose documented
     // contract is that `handle` is a live CUstream (aliases 0, 1, 2 are refused here).
     unsafe { rsdlpack::cuda::stream_info::describe_stream(handle) }.map_err(core_error)
 }

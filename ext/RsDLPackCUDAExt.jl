@@ -1,14 +1,23 @@
 # CUDA.jl for RsDLPack: CuArray targets for from_dlpack, CuArrays for share, CuStream objects
 # for foreign stream handles. Only methods of hooks the package declares.
+# fatou-ignore-file type-piracy: an extension adds methods to RsDLPack's own hooks for its trigger package's types
+# fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 module RsDLPackCUDAExt
 
 using CUDA: CUDA, CuArray, CuContext, CuPtr, CuStream
 import RsDLPack
 using RsDLPack: Native, DLPackError, KDLCUDA, PLAN_COPY, PLAN_EMPTY, rethrowing_native
 
+# The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
+# `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
+# UndefVarError there (CUDA.jl 5.4-5.9 define both in CUDA itself). Every other CUDA name used
+# here is public in 6.0-6.3 and defined in 5.4-5.9.
+const CUstream = fieldtype(CuStream, :handle)
+const CUcontext = fieldtype(CuContext, :handle)
+
 "DLPack's value for a CuStream: its handle, or 1 (legacy default) for the null stream."
 function dlpack_stream(s::CuStream)
-    handle = UInt(Base.unsafe_convert(CUDA.CUstream, s))
+    handle = UInt(Base.unsafe_convert(CUstream, s))
     return handle == 0 ? UInt(1) : handle
 end
 
@@ -63,10 +72,10 @@ RsDLPack.array_address(A::CUDA.StridedCuArray) = reinterpret(UInt, pointer(A))
 RsDLPack.array_device(A::CUDA.StridedCuArray) = (KDLCUDA, Int32(CUDA.deviceid(cu_device(A))))
 RsDLPack.producer_stream(::CUDA.StridedCuArray) = dlpack_stream(CUDA.stream())
 
-function RsDLPack.cuda_stream(handle::Integer)
+function RsDLPack.unsafe_cuda_stream(handle::Integer)
     h = UInt(handle)
-    context = CuContext(CUDA.CUcontext(rethrowing_native(() -> Native.stream_context(h))))
-    return rethrowing_native(() -> Native.new_stream_object(CuStream, CUDA.CUstream(h), context))
+    context = CuContext(CUcontext(rethrowing_native(() -> Native.stream_context(h))))
+    return rethrowing_native(() -> Native.new_stream_object(CuStream, CUstream(h), context))
 end
 
 end # module

@@ -11,10 +11,10 @@ end
 
 Base.parent(R::ReadOnlyArray) = R.parent
 Base.size(R::ReadOnlyArray) = size(R.parent)
-Base.IndexStyle(::Type{<:ReadOnlyArray{T,N,A}}) where {T,N,A} = IndexStyle(A)
+Base.IndexStyle(::Type{R}) where {T,N,A,R<:ReadOnlyArray{T,N,A}} = IndexStyle(A)
 Base.@propagate_inbounds Base.getindex(R::ReadOnlyArray, i::Int...) = R.parent[i...]
 Base.@propagate_inbounds Base.getindex(R::ReadOnlyArray, i::Int) = R.parent[i]
 Base.setindex!(::ReadOnlyArray, _, ::Int...) = throw(ReadOnlyMemoryError())
 Base.strides(R::ReadOnlyArray) = strides(R.parent)
-Base.elsize(::Type{<:ReadOnlyArray{T,N,A}}) where {T,N,A} = Base.elsize(A)
+Base.elsize(::Type{R}) where {T,N,A,R<:ReadOnlyArray{T,N,A}} = Base.elsize(A)
 Base.unsafe_convert(::Type{Ptr{T}}, R::ReadOnlyArray{T}) where {T} = Base.unsafe_convert(Ptr{T}, R.parent)

@@ -1,5 +1,7 @@
 # PyCall's objects for RsDLPack: a PyObject is a borrowed PyObject* going in, and a new
 # reference coming back is owned by a fresh PyObject. Nothing else lives here.
+# fatou-ignore-file type-piracy: an extension adds methods to RsDLPack's own hooks for its trigger package's types
+# fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 module RsDLPackPyCallExt
 
 using PyCall: PyCall, PyObject, PyPtr

@@ -1,7 +1,7 @@
 # Declarations the CUDA extension (ext/RsDLPackCUDAExt.jl) implements.
 
 """
-    cuda_stream(handle) -> CUDA.CuStream
+    unsafe_cuda_stream(handle) -> CUDA.CuStream
 
 A CUDA.jl `CuStream` for a foreign `CUstream` handle — e.g. PyTorch's
 `torch.cuda.current_stream().cuda_stream` or CuPy's `stream.ptr` — so that Julia kernels can be
@@ -10,5 +10,9 @@ through the driver; the object is built without CUDA.jl's constructors, so it do
 the stream when collected (the stream belongs to its producer and must outlive its use).
 Default-stream aliases (0, 1, 2) are refused: they have no context of their own.
 Needs `using CUDA`.
+
+Unsafe, as CUDA.jl's `unsafe_` functions are: `handle` must be a live `CUstream` of this
+process (the driver reads through it to find the context; another integer is undefined
+behaviour, not an error), and the stream must outlive the returned object's use.
 """
-function cuda_stream end
+function unsafe_cuda_stream end

@@ -71,6 +71,7 @@ function storage_of(A::Array)
         return A
     end
 end
+# fatou-ignore non-public-access: reshape of a non-Array returns a Base.ReshapedArray, which has no public name
 storage_of(A::Union{SubArray,PermutedDimsArray,ReadOnlyArray,Base.ReshapedArray}) = storage_of(parent(A))
 storage_of(_) = nothing
 

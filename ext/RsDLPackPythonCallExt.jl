@@ -1,5 +1,7 @@
 # PythonCall's objects for RsDLPack: `getptr` lends the PyObject*, `pynew` takes ownership of
 # a new reference. Nothing else lives here.
+# fatou-ignore-file type-piracy: an extension adds methods to RsDLPack's own hooks for its trigger package's types
+# fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 module RsDLPackPythonCallExt
 
 using PythonCall: PythonCall, Py

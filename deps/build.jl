@@ -1,0 +1,66 @@
+# `Pkg.build("RsDLPack")`: compiles the two Rust libraries (release) in this depot's scratch
+# space for RsDLPack and records their paths there (deps.toml), where the package finds them
+# (julia/library.jl). Nothing is written into the package directory, which Pkg installs
+# read-only; see julia/build_paths.jl for the layout of the scratch space.
+#
+# The cargo steps are data, in deps/build.toml, shared with the CI check that runs them from a
+# read-only copy of the package (test/python/test_install.py).
+#
+# Needs cargo (https://rustup.rs; the environment variable CARGO names another executable).
+# The Python bridge needs nothing from Python at build time: it is an abi3 library that takes
+# its Python symbols from the process that loads it.
+
+import Libdl
+import Scratch
+import TOML
+
+const PACKAGE = dirname(@__DIR__)
+const CARGO = get(ENV, "CARGO", "cargo")
+include("../julia/build_paths.jl")  # static, so that fatou follows it
+
+const PACKAGE_UUID = Base.UUID(TOML.parsefile(joinpath(PACKAGE, "Project.toml"))["uuid"])
+const SCRATCH = Scratch.get_scratch!(PACKAGE_UUID, build_key())
+const PLACEHOLDERS = ("{julia_dir}" => dirname(Sys.BINDIR),)
+
+"Runs one step of deps/build.toml; returns the path of the library cargo built."
+function cargo_build(step::Dict)
+    target = joinpath(SCRATCH, "target", step["name"])
+    manifest = joinpath(PACKAGE, step["manifest"])
+    cmd = `$CARGO $(step["args"]) --manifest-path $manifest --target-dir $target`
+    env = Dict{String,String}(ENV)
+    foreach(name -> delete!(env, name), step["env_remove"])
+    for (name, value) in step["env"]
+        env[name] = replace(value, PLACEHOLDERS...)
+    end
+    env["CARGO_TARGET_DIR"] = target
+    @info "RsDLPack build: $(step["name"])" cmd
+    run(setenv(cmd, env; dir=SCRATCH))  # the working directory is outside the package too
+    built = joinpath(target, "release", "lib" * step["crate"] * "." * Libdl.dlext)
+    isfile(built) || error("RsDLPack build: cargo finished but $built is missing")
+    return built
+end
+
+"Copies `source` to `destination` through a rename, so that a session which has the old file
+loaded keeps it (overwriting a loaded library in place can crash that session)."
+function install(source::AbstractString, destination::AbstractString)
+    staging = destination * ".partial"
+    cp(source, staging; force=true)
+    mv(staging, destination; force=true)
+    return destination
+end
+
+function build()
+    libraries = libraries_dir(SCRATCH, PACKAGE)
+    mkpath(libraries)
+    recorded = Dict{String,Any}("package" => PACKAGE, "julia" => string(VERSION))
+    for step in TOML.parsefile(joinpath(@__DIR__, "build.toml"))["library"]
+        built = cargo_build(step)
+        recorded[step["name"]] = install(built, joinpath(libraries, basename(built)))
+    end
+    staging = deps_file(SCRATCH, PACKAGE) * ".partial"
+    open(io -> TOML.print(io, recorded; sorted=true), staging, "w")
+    mv(staging, deps_file(SCRATCH, PACKAGE); force=true)
+    @info "RsDLPack build: libraries recorded in $(deps_file(SCRATCH, PACKAGE))"
+end
+
+build()

@@ -1,0 +1,65 @@
+# GPU tests of the CUDA extension, through PythonCall and PyTorch with CUDA. Included by
+# runtests.jl (in its PythonCall process; CUDA.jl is a test dependency); or run directly in an
+# environment that has RsDLPack, CUDA and PythonCall (a functional GPU and torch with CUDA are
+# required; without them the file records a skipped test and says why):
+#
+#     julia --project=ENV test/cuda.jl
+
+using Test: @test, @testset, @test_skip
+using CUDA: CUDA, CuArray, CuStream
+using PythonCall: PyException, pyconvert, pyimport, pylist
+using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError
+
+"Whether torch imports and sees a GPU (false when torch is not installed)."
+function has_torch_cuda()
+    try
+        return pyconvert(Bool, pyimport("torch").cuda.is_available())
+    catch e
+        e isa PyException || rethrow()
+        return false
+    end
+end
+
+if !CUDA.functional()
+    @info "CUDA is not functional here: test/cuda.jl skipped"
+    @testset "CUDA extension" begin
+        @test_skip "CUDA.functional() is false"
+    end
+elseif !has_torch_cuda()
+    @info "torch with CUDA is not importable here: test/cuda.jl skipped"
+    @testset "CUDA extension" begin
+        @test_skip "torch.cuda.is_available() is false (or torch is missing)"
+    end
+else
+    torch = pyimport("torch")
+    @testset "CUDA extension" begin
+        @testset "import a torch CUDA tensor zero-copy" begin
+            t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)
+            A = from_dlpack(CuArray, t)
+            @test size(A) == (2, 3)
+            @test reinterpret(UInt, pointer(parent(A))) == pyconvert(UInt, t.data_ptr())
+            @test Array(A) == Float32[0 1 2; 3 4 5]
+            CUDA.@allowscalar A[1, 2] = 42  # written on the task-local stream, seen by torch after a sync
+            CUDA.synchronize()
+            @test pyconvert(Float64, t[0, 1].item()) == 42
+            RsDLPack.unsafe_free!(A)
+        end
+        @testset "share a CuArray with torch" begin
+            M = CuArray(Float32.(reshape(1:6, 2, 3)))
+            u = share(M, torch.from_dlpack)
+            @test pyconvert(UInt, u.data_ptr()) == reinterpret(UInt, pointer(M))
+            @test pyconvert(Vector{Int}, pylist(u.shape)) == [2, 3]
+            @test pyconvert(Float64, u[1, 2].item()) == 6
+        end
+        @testset "unsafe_cuda_stream wraps torch's stream" begin
+            ts = torch.cuda.Stream()
+            s = unsafe_cuda_stream(pyconvert(UInt, ts.cuda_stream))
+            @test s isa CuStream
+            # CUDA.CUstream is not public in CUDA.jl 6: the handle type comes from the struct.
+            @test UInt(Base.unsafe_convert(fieldtype(CuStream, :handle), s)) == pyconvert(UInt, ts.cuda_stream)
+            @test getfield(s, :ctx) == CUDA.context()  # the context the driver reported
+            err = try unsafe_cuda_stream(1); nothing catch e; e end
+            @test err isa DLPackError && occursin("default-stream alias", err.message)
+        end
+    end
+end
