@@ -1,0 +1,654 @@
+//! validate → plan → copy → export, on structure-aware DLPack metadata.
+//!
+//! The input is a raw `DLTensor` (rank, shape, strides or none, dtype, flags, version, data
+//! address, byte offset, device) with values biased toward the 64-bit extremes. Whatever it is:
+//!
+//! - `TensorDescriptor::validate` returns (no panic, no overflow) and its error prints;
+//! - for a valid tensor, `plan` returns for both index orders and every copy policy, and
+//!   the policies agree with each other;
+//! - every view addresses exactly the DLPack elements (checked arithmetically, memory is never
+//!   touched: per dimension for every tensor, element by element up to 4096 elements), stays
+//!   inside its parent, whose start is the tensor's lowest byte and whose size fits in isize;
+//!   `parent_overhang` returns the bytes past the tensor's end;
+//! - when the byte span is at most 1 MiB, the tensor is rebuilt over a real, patterned buffer
+//!   and `materialize` (both orders) is compared with a naive strided read;
+//! - `export_versioned(ExportSpec::of(d), (), 3)` succeeds and validates back to the same
+//!   descriptor fields.
+
+#![no_main]
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use rsdlpack::copy::{BUFFER_ALIGN, materialize};
+use rsdlpack::dlpark::DlpackFlags;
+use rsdlpack::dlpark::ffi::{
+    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLPackVersion, DLTensor,
+};
+use rsdlpack::export::export_versioned;
+use rsdlpack::{
+    CopyPolicy, ElementType, Error, ExportSpec, IndexOrder, LayoutPlan, TensorDescriptor, ViewPlan,
+};
+use std::alloc::Layout;
+
+/// Largest byte span the copy check backs with real memory.
+const COPY_SPAN_LIMIT: i64 = 1 << 20;
+/// Largest dense copy the copy check makes (broadcasts: span small, copy large). Above the
+/// copy engine's 1 MiB threshold, so that its parallel path runs too (8- and 16-byte elements).
+const COPY_DENSE_LIMIT: usize = 4 << 20;
+/// Most elements the copy check compares one by one (keeps slow inputs rare and short).
+const COPY_ELEMENT_LIMIT: usize = 1 << 17;
+/// Largest tensor whose view is checked element by element.
+const ENUMERATE_LIMIT: usize = 4096;
+
+/// A 64-bit value, biased toward the extremes.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Wide {
+    Zero,
+    One,
+    Two,
+    MinusOne,
+    Small(i8),
+    Min,
+    Max,
+    Pow62,
+    NegPow62,
+    NearMax(u8),
+    NearMin(u8),
+    /// ±2^k, or ±(2^k ± 1).
+    Pow { shift: u8, negative: bool, nudge: i8 },
+    Raw(i64),
+}
+
+impl Wide {
+    fn value(self) -> i64 {
+        match self {
+            Wide::Zero => 0,
+            Wide::One => 1,
+            Wide::Two => 2,
+            Wide::MinusOne => -1,
+            Wide::Small(v) => i64::from(v),
+            Wide::Min => i64::MIN,
+            Wide::Max => i64::MAX,
+            Wide::Pow62 => 1 << 62,
+            Wide::NegPow62 => -(1 << 62),
+            Wide::NearMax(k) => i64::MAX - i64::from(k),
+            Wide::NearMin(k) => i64::MIN + i64::from(k),
+            Wide::Pow {
+                shift,
+                negative,
+                nudge,
+            } => {
+                let p = 1i64.wrapping_shl(u32::from(shift % 64));
+                let v = p.wrapping_add(i64::from(nudge.signum()));
+                if negative { v.wrapping_neg() } else { v }
+            }
+            Wide::Raw(v) => v,
+        }
+    }
+}
+
+/// A dimension: mostly small (so that tensors are real), sometimes anything.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Dim {
+    One,
+    Two,
+    Three,
+    Small(u8),
+    Medium(u16),
+    Zero,
+    Any(Wide),
+}
+
+impl Dim {
+    fn value(self) -> i64 {
+        match self {
+            Dim::One => 1,
+            Dim::Two => 2,
+            Dim::Three => 3,
+            Dim::Small(v) => i64::from(v % 9),
+            Dim::Medium(v) => i64::from(v),
+            Dim::Zero => 0,
+            Dim::Any(w) => w.value(),
+        }
+    }
+}
+
+/// A stride: mostly small, either sign, sometimes anything.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Stride {
+    Small(i8),
+    Tiny(u8),
+    Medium(i16),
+    Any(Wide),
+}
+
+impl Stride {
+    fn value(self) -> i64 {
+        match self {
+            Stride::Small(v) => i64::from(v),
+            Stride::Tiny(v) => i64::from(v % 7) - 3,
+            Stride::Medium(v) => i64::from(v),
+            Stride::Any(w) => w.value(),
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Rank {
+    /// 0..=6.
+    Usual(u8),
+    /// 7..=33: up to one past `MAX_NDIM`.
+    Large(u8),
+    Negative(i8),
+}
+
+impl Rank {
+    fn ndim(self) -> i32 {
+        match self {
+            Rank::Usual(v) => i32::from(v % 7),
+            Rank::Large(v) => 7 + i32::from(v % 27),
+            Rank::Negative(v) => -1 - i32::from(v.unsigned_abs()),
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Dtype {
+    F32,
+    F64,
+    U8,
+    I16,
+    C128,
+    Bool,
+    BF16,
+    /// fp8 e4m3fn (10) or e4m3fnuz (11).
+    Fp8(bool),
+    Fp4,
+    Fp6,
+    Other { code: u8, bits: u8, lanes: u16 },
+}
+
+impl Dtype {
+    fn to_dlpack(self) -> DLDataType {
+        let scalar = |code: DLDataTypeCode, bits| DLDataType::scalar(code, bits);
+        match self {
+            Dtype::F32 => scalar(DLDataTypeCode::FLOAT, 32),
+            Dtype::F64 => scalar(DLDataTypeCode::FLOAT, 64),
+            Dtype::U8 => scalar(DLDataTypeCode::UINT, 8),
+            Dtype::I16 => scalar(DLDataTypeCode::INT, 16),
+            Dtype::C128 => scalar(DLDataTypeCode::COMPLEX, 128),
+            Dtype::Bool => scalar(DLDataTypeCode::BOOL, 8),
+            Dtype::BF16 => scalar(DLDataTypeCode::BFLOAT, 16),
+            Dtype::Fp8(fnuz) => scalar(DLDataTypeCode(if fnuz { 11 } else { 10 }), 8),
+            Dtype::Fp4 => scalar(DLDataTypeCode::FLOAT4_E2M1FN, 4),
+            Dtype::Fp6 => scalar(DLDataTypeCode::FLOAT6_E2M3FN, 6),
+            Dtype::Other { code, bits, lanes } => DLDataType::new(DLDataTypeCode(code), bits, lanes),
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Address {
+    Null,
+    /// A page-aligned fake address.
+    Page(u16),
+    /// Any small address (alignment not guaranteed).
+    Low(u32),
+    /// Near the top of the address space.
+    High(u16),
+    Raw(u64),
+}
+
+impl Address {
+    fn value(self) -> usize {
+        match self {
+            Address::Null => 0,
+            Address::Page(p) => (usize::from(p) + 1) << 12,
+            Address::Low(v) => v as usize,
+            Address::High(k) => usize::MAX - usize::from(k),
+            Address::Raw(v) => v as usize,
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Offset {
+    Zero,
+    Small(u16),
+    Raw(u64),
+}
+
+impl Offset {
+    fn value(self) -> u64 {
+        match self {
+            Offset::Zero => 0,
+            Offset::Small(v) => u64::from(v),
+            Offset::Raw(v) => v,
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Dev {
+    Cpu,
+    CpuAgain,
+    Cuda,
+    CudaHost,
+    CudaManaged,
+    Other(u8),
+}
+
+impl Dev {
+    fn to_dlpack(self) -> DLDevice {
+        let device_type = match self {
+            Dev::Cpu | Dev::CpuAgain => DLDeviceType::CPU,
+            Dev::Cuda => DLDeviceType::CUDA,
+            Dev::CudaHost => DLDeviceType::CUDAHOST,
+            Dev::CudaManaged => DLDeviceType::CUDAMANAGED,
+            Dev::Other(v) => DLDeviceType(u32::from(v)),
+        };
+        DLDevice {
+            device_type,
+            device_id: 0,
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    rank: Rank,
+    dims: [Dim; 6],
+    strides: [Stride; 6],
+    null_strides: bool,
+    dtype: Dtype,
+    /// READ_ONLY = 1, IS_COPIED = 2, IS_SUBBYTE_TYPE_PADDED = 4 (low three bits).
+    flags: u8,
+    /// An unknown flag bit (3..=63), sometimes.
+    unknown_flag: Option<u8>,
+    /// `None`: legacy; else (1, minor % 4).
+    minor: Option<u8>,
+    data: Address,
+    byte_offset: Offset,
+    device: Dev,
+}
+
+fuzz_target!(|input: Input| check(&input));
+
+/// The tensor's metadata arrays, kept alive while a `DLTensor` points into them.
+struct Raw {
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    ndim: i32,
+    null_strides: bool,
+}
+
+impl Raw {
+    fn tensor(&mut self, input: &Input, data: usize, byte_offset: u64) -> DLTensor {
+        DLTensor {
+            data: data as *mut _,
+            device: input.device.to_dlpack(),
+            ndim: self.ndim,
+            dtype: input.dtype.to_dlpack(),
+            shape: self.shape.as_mut_ptr(),
+            strides: if self.null_strides {
+                std::ptr::null_mut()
+            } else {
+                self.strides.as_mut_ptr()
+            },
+            byte_offset,
+        }
+    }
+}
+
+fn check(input: &Input) {
+    let ndim = input.rank.ndim();
+    let len = ndim.clamp(0, 33) as usize;
+    let mut raw = Raw {
+        // Beyond the sixth dimension: length 1, strides cycling through the given ones.
+        shape: (0..len)
+            .map(|k| input.dims.get(k).map_or(1, |d| d.value()))
+            .collect(),
+        strides: (0..len).map(|k| input.strides[k % 6].value()).collect(),
+        ndim,
+        null_strides: input.null_strides,
+    };
+    let mut flags = DlpackFlags::from_bits_retain(u64::from(input.flags & 7));
+    if let Some(bit) = input.unknown_flag {
+        flags |= DlpackFlags::from_bits_retain(1 << (3 + u32::from(bit) % 61));
+    }
+    let version = input.minor.map(|m| DLPackVersion {
+        major: 1,
+        minor: u32::from(m % 4),
+    });
+    let data = input.data.value();
+    let byte_offset = input.byte_offset.value();
+    let tensor = raw.tensor(input, data, byte_offset);
+    // SAFETY: shape and strides point to `len` values, `len == ndim` whenever ndim is in range.
+    let d = match unsafe { TensorDescriptor::validate(&tensor, version, flags) } {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+
+    // The descriptor restates the input.
+    assert_eq!(d.ndim(), len);
+    assert!(len <= rsdlpack::MAX_NDIM);
+    assert_eq!(&d.shape[..], &raw.shape[..]);
+    if !raw.null_strides {
+        assert_eq!(&d.strides[..], &raw.strides[..]);
+    }
+    assert_eq!(d.first_element as u64, (data as u64).wrapping_add(byte_offset));
+    let count = d.element_count();
+    let dense = d.dense_byte_size();
+    let (low, high) = d.byte_span();
+    assert!(dense <= isize::MAX as usize);
+    if count == 0 {
+        assert_eq!((low, high), (0, 0));
+    } else {
+        assert!(low <= 0 && high > 0, "span {low}..{high}");
+        assert!(i128::from(high) - i128::from(low) <= isize::MAX as i128);
+        assert!(d.first_element as i128 + i128::from(low) >= 0);
+        assert!(d.first_element as i128 + i128::from(high) <= usize::MAX as i128);
+        assert_eq!(d.first_element % d.element.alignment(), 0);
+    }
+
+    check_export(&d);
+    for order in [IndexOrder::Producer, IndexOrder::Reversed] {
+        check_plans(&d, order);
+    }
+    if count > 0 {
+        check_copy(input, &mut raw, version, flags, &d);
+    }
+}
+
+fn ordered(d: &TensorDescriptor, order: IndexOrder) -> (Vec<i64>, Vec<i64>) {
+    let (mut shape, mut strides) = (d.shape.to_vec(), d.strides.to_vec());
+    if order == IndexOrder::Reversed {
+        shape.reverse();
+        strides.reverse();
+    }
+    (shape, strides)
+}
+
+fn check_export(d: &TensorDescriptor) {
+    let spec = ExportSpec::of(d);
+    let managed = export_versioned(&spec, (), 3)
+        .unwrap_or_else(|e| panic!("export of a validated tensor failed: {e}; {d:?}"));
+    // SAFETY: a tensor we just built; its metadata lives in its own allocation.
+    let back = unsafe {
+        TensorDescriptor::validate(managed.tensor(), Some(managed.version()), managed.flags())
+    }
+    .unwrap_or_else(|e| panic!("exported tensor does not validate: {e}; {d:?}"));
+    assert_eq!(back.shape, d.shape, "{d:?}");
+    assert_eq!(back.strides, d.strides, "{d:?}");
+    assert_eq!(back.element, d.element, "{d:?}");
+    assert_eq!(back.first_element, d.first_element, "{d:?}");
+    assert_eq!(back.device, d.device, "{d:?}");
+    assert_eq!(
+        (back.read_only, back.is_copied),
+        (d.read_only, d.is_copied),
+        "{d:?}"
+    );
+}
+
+fn check_plans(d: &TensorDescriptor, order: IndexOrder) {
+    let never = rsdlpack::layout::plan(d, order, CopyPolicy::Never);
+    let if_needed = rsdlpack::layout::plan(d, order, CopyPolicy::IfNeeded);
+    let always = rsdlpack::layout::plan(d, order, CopyPolicy::Always);
+    let (shape, strides) = ordered(d, order);
+    let dims: Vec<usize> = shape.iter().map(|&n| n as usize).collect();
+
+    if let ElementType::PackedBits { .. } = d.element {
+        let bytes = d.dense_byte_size();
+        assert!(
+            matches!(&always, Ok(LayoutPlan::Copy { dims, .. }) if dims[..] == [bytes]),
+            "{always:?}"
+        );
+        for plan in [&never, &if_needed] {
+            let Ok(LayoutPlan::View(view)) = plan else {
+                panic!("packed tensor without a byte view: {plan:?}")
+            };
+            assert_eq!(view.parent_dims[..], [bytes]);
+            assert_eq!(view.parent_byte_offset, 0);
+            assert!(view.is_whole_parent() && view.is_identity_permutation());
+            assert_eq!(view.parent_overhang(d), 0);
+        }
+        return;
+    }
+
+    if d.element_count() == 0 {
+        for plan in [&never, &if_needed, &always] {
+            assert!(
+                matches!(plan, Ok(LayoutPlan::Empty { dims: e }) if e[..] == dims[..]),
+                "empty tensor planned as {plan:?}"
+            );
+        }
+        return;
+    }
+
+    assert!(
+        matches!(&always, Ok(LayoutPlan::Copy { dims: c, .. }) if c[..] == dims[..]),
+        "{always:?}"
+    );
+    match (&never, &if_needed) {
+        (Ok(LayoutPlan::View(a)), Ok(LayoutPlan::View(b))) => {
+            assert_eq!(a, b);
+            check_view(d, a, &shape, &strides);
+        }
+        (Err(Error::CopyRequired { .. }), Ok(LayoutPlan::Copy { dims: c, .. })) => {
+            assert_eq!(c[..], dims[..]);
+        }
+        other => panic!("policies disagree: {other:?}"),
+    }
+}
+
+/// The view addresses exactly DLPack's elements, within its parent (`shape`/`strides` in
+/// result order).
+fn check_view(d: &TensorDescriptor, view: &ViewPlan, shape: &[i64], strides: &[i64]) {
+    let n = shape.len();
+    let size = d.element.size() as i128;
+    assert_eq!(view.parent_dims.len(), view.ranges.len(), "{view:?}");
+    assert_eq!(view.permutation.len(), n, "{view:?}");
+    let mut seen = vec![false; view.parent_dims.len()];
+    for &p in view.permutation.iter() {
+        assert!(p < seen.len() && !seen[p], "not a permutation: {view:?}");
+        seen[p] = true;
+    }
+    assert!(seen.iter().all(|&s| s), "not a permutation: {view:?}");
+    let result_dims: Vec<usize> = view.result_dims().to_vec();
+    let dims: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
+    assert_eq!(result_dims, dims, "{view:?}");
+
+    // The parent fits in isize (bytes), and its strides (elements) in i128.
+    let mut parent_strides = vec![0i128; view.parent_dims.len()];
+    let mut parent_elements: u128 = 1;
+    for (p, &dim) in view.parent_dims.iter().enumerate() {
+        parent_strides[p] = parent_elements as i128;
+        parent_elements = parent_elements
+            .checked_mul(dim as u128)
+            .filter(|&e| e <= isize::MAX as u128)
+            .unwrap_or_else(|| panic!("parent larger than isize::MAX elements: {view:?}"));
+    }
+    let parent_bytes = parent_elements * size as u128;
+    assert!(
+        parent_bytes <= isize::MAX as u128,
+        "parent of {parent_bytes} bytes: {view:?}"
+    );
+    let (low, high) = d.byte_span();
+    assert_eq!(
+        view.parent_byte_offset as i64, low,
+        "parent does not start at the lowest byte: {view:?}, shape {shape:?}, strides {strides:?}"
+    );
+
+    // Per dimension: ranges inside the parent, and the address is linear with DLPack's.
+    let mut constant = view.parent_byte_offset as i128;
+    for k in 0..n {
+        let p = view.permutation[k];
+        let r = view.ranges[p];
+        assert_eq!(r.len as i64, shape[k], "{view:?}");
+        assert!(r.start >= 1, "{view:?}");
+        let first = r.start as i128 - 1;
+        let last = first + (r.len as i128 - 1) * r.step as i128;
+        let parent_dim = view.parent_dims[p] as i128;
+        assert!(
+            (0..parent_dim).contains(&first) && (0..parent_dim).contains(&last),
+            "dim {k} leaves parent dim {p}: {view:?}, shape {shape:?}, strides {strides:?}"
+        );
+        constant += first * parent_strides[p] * size;
+        if shape[k] >= 2 {
+            assert_eq!(
+                r.step as i128 * parent_strides[p],
+                strides[k] as i128,
+                "dim {k} steps wrongly: {view:?}, shape {shape:?}, strides {strides:?}"
+            );
+        }
+    }
+    assert_eq!(
+        constant, 0,
+        "index 0 is not the first element: {view:?}, shape {shape:?}, strides {strides:?}"
+    );
+
+    // Element by element, as `assert_view_addresses` does, for small tensors.
+    let count = d.element_count();
+    if count <= ENUMERATE_LIMIT {
+        for flat in 0..count {
+            let mut rest = flat;
+            let mut dlpack = 0i128;
+            let mut julia = view.parent_byte_offset as i128;
+            for k in 0..n {
+                let extent = shape[k] as usize;
+                let i = (rest % extent) as i128;
+                rest /= extent;
+                dlpack += i * strides[k] as i128 * size;
+                let p = view.permutation[k];
+                let r = view.ranges[p];
+                let parent_index = r.start as i128 - 1 + i * r.step as i128;
+                assert!((0..view.parent_dims[p] as i128).contains(&parent_index));
+                julia += parent_index * parent_strides[p] * size;
+            }
+            assert_eq!(julia, dlpack, "element {flat}: {view:?}");
+        }
+    }
+
+    let overhang = view.parent_overhang(d);
+    let parent_end = view.parent_byte_offset as i128 + parent_bytes as i128;
+    assert!(parent_end >= i128::from(high), "parent ends before the tensor: {view:?}");
+    assert_eq!(overhang as i128, parent_end - i128::from(high), "{view:?}");
+}
+
+/// A 64-byte-aligned heap buffer, freed on drop.
+struct Backing {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Backing {
+    fn new(len: usize) -> Self {
+        let layout = Layout::from_size_align(len, BUFFER_ALIGN).unwrap();
+        // SAFETY: `len > 0` (a non-empty tensor spans at least one byte).
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        assert!(!ptr.is_null());
+        for j in 0..len {
+            let mixed = (j as u32).wrapping_mul(2_654_435_761) ^ (j as u32 >> 8);
+            // SAFETY: inside the allocation.
+            unsafe { ptr.add(j).write((mixed >> 11) as u8 ^ j as u8) };
+        }
+        Self { ptr, len }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: allocated and written in `new`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.len, BUFFER_ALIGN).unwrap();
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+fn check_copy(
+    input: &Input,
+    raw: &mut Raw,
+    version: Option<DLPackVersion>,
+    flags: DlpackFlags,
+    d: &TensorDescriptor,
+) {
+    let (low, high) = d.byte_span();
+    let span = high - low;
+    if span > COPY_SPAN_LIMIT
+        || d.dense_byte_size() > COPY_DENSE_LIMIT
+        || d.element_count() > COPY_ELEMENT_LIMIT
+    {
+        return;
+    }
+    if !d.device.kind.host_accessible() {
+        // Refused before any read (the address is fake).
+        // SAFETY: never dereferenced: the device is not host memory.
+        let result = unsafe { materialize(d, IndexOrder::Producer) };
+        assert!(
+            matches!(result, Err(Error::UnsupportedDevice { .. })),
+            "device memory copied on the host"
+        );
+        return;
+    }
+    let backing = Backing::new(span as usize);
+    let base = backing.ptr as usize;
+    // The first element sits `-low` bytes into the buffer, so the lowest touched byte is its
+    // start. Keep the input's byte offset when it fits below that address.
+    let first = base + (-low) as usize;
+    let requested = input.byte_offset.value();
+    let (data, byte_offset) = match usize::try_from(requested) {
+        Ok(bo) if bo < first => (first - bo, requested),
+        _ => (base, (-low) as u64),
+    };
+    let tensor = raw.tensor(input, data, byte_offset);
+    // SAFETY: as in `check`: shape and strides point to `ndim` values.
+    let Ok(real) = (unsafe { TensorDescriptor::validate(&tensor, version, flags) }) else {
+        return;
+    };
+    assert_eq!(real.first_element, first);
+    assert_eq!(
+        (real.element, real.shape, real.strides, real.byte_span()),
+        (d.element, d.shape, d.strides, d.byte_span())
+    );
+    let source = backing.bytes();
+    let size = real.element.size();
+    for order in [IndexOrder::Producer, IndexOrder::Reversed] {
+        // SAFETY: every byte the tensor addresses lies in `backing`, which nobody writes now.
+        let out = unsafe { materialize(&real, order) }
+            .unwrap_or_else(|e| panic!("copy failed: {e}; {real:?}"));
+        assert_eq!(out.len(), real.dense_byte_size());
+        assert_eq!(out.as_ptr() as usize % BUFFER_ALIGN, 0);
+        let out = out.as_slice();
+        if let ElementType::PackedBits { .. } = real.element {
+            assert_eq!(out, &source[..out.len()], "packed copy differs");
+            continue;
+        }
+        let (shape, strides) = ordered(&real, order);
+        for (flat, element) in out.chunks_exact(size).enumerate() {
+            let mut rest = flat;
+            let mut offset = -i128::from(low);
+            for (&n, &s) in shape.iter().zip(&strides) {
+                let n = n as usize;
+                offset += (rest % n) as i128 * s as i128 * size as i128;
+                rest /= n;
+            }
+            assert!(
+                offset >= 0 && offset + size as i128 <= span as i128,
+                "element {flat} outside the span"
+            );
+            let offset = offset as usize;
+            assert_eq!(
+                element,
+                &source[offset..offset + size],
+                "element {flat} ({order:?}) differs: shape {shape:?}, strides {strides:?}"
+            );
+        }
+    }
+}
