@@ -181,6 +181,7 @@ pub unsafe fn materialize(
     descriptor: &TensorDescriptor,
     order: IndexOrder,
 ) -> Result<AlignedBuffer> {
+    check_host_readable(descriptor)?;
     let mut buffer = AlignedBuffer::try_zeroed(descriptor.dense_byte_size())?;
     // SAFETY: forwarded from this function's contract; the buffer has the dense size.
     unsafe { copy_into(descriptor, order, buffer.as_mut_slice()) }?;
@@ -198,12 +199,7 @@ pub unsafe fn copy_into(
     order: IndexOrder,
     out: &mut [u8],
 ) -> Result<()> {
-    if !descriptor.device.kind.host_accessible() {
-        return Err(Error::UnsupportedDevice {
-            device: descriptor.device.to_dlpack(),
-            hint: " or copy it on the device first",
-        });
-    }
+    check_host_readable(descriptor)?;
     let needed = descriptor.dense_byte_size();
     if out.len() != needed {
         return Err(Error::Export(format!(
@@ -261,6 +257,17 @@ unsafe fn by_element_size(
             other => unreachable!("no element type is {other} bytes"),
         }
     }
+}
+
+/// Refuses memory the host cannot read, before anything is allocated for it.
+fn check_host_readable(descriptor: &TensorDescriptor) -> Result<()> {
+    if !descriptor.device.kind.host_accessible() {
+        return Err(Error::UnsupportedDevice {
+            device: descriptor.device.to_dlpack(),
+            hint: " or copy it on the device first",
+        });
+    }
+    Ok(())
 }
 
 /// Elements per side of a tile: 32 rows of a few cache lines each stay in L1 for any element
