@@ -87,13 +87,9 @@ impl TensorDescriptor {
                     ndim,
                 });
             }
-            match compact_row_major_strides(&shape) {
-                Some(strides) => strides,
-                // Only an empty tensor gets here with a valid element count below: it
-                // addresses nothing, so any strides describe it.
-                None if elements == Some(0) => DimVec::filled(0, ndim).expect("ndim checked"),
-                None => return Err(extent_overflow(&shape, &[])),
-            }
+            // A non-empty tensor whose strides do not fit has an element count that does
+            // not either: it is refused just below.
+            dense_strides(&shape, true)
         } else {
             // SAFETY: non-null and, by this function's contract, `ndim` readable values.
             let raw = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
@@ -185,26 +181,13 @@ fn extent_overflow(shape: &[i64], strides: &[i64]) -> Error {
     }
 }
 
-/// Row-major compact strides for `shape` (a size-0 or size-1 dimension counts as 1), or `None`
-/// when one does not fit in `i64`.
-pub fn compact_row_major_strides(shape: &[i64]) -> Option<DimVec<i64>> {
-    let mut strides = DimVec::filled(0i64, shape.len())?;
-    let mut running: i64 = 1;
-    for k in (0..shape.len()).rev() {
-        strides[k] = running;
-        if k > 0 {
-            running = running.checked_mul(shape[k].max(1))?;
-        }
-    }
-    Some(strides)
-}
-
-/// Dense strides of a validated tensor, row-major (`row_major`) or column-major. Validation
-/// bounds the dense size of a non-empty tensor, so only an empty tensor's can overflow; it
-/// addresses nothing, and 0 stands in for a stride that does not fit in `i64`.
+/// Compact strides for `shape` (≤ [`MAX_NDIM`] dims), row-major (`row_major`) or
+/// column-major; a size-0 or size-1 dimension counts as 1. Validation bounds the dense size of
+/// a non-empty tensor, so only an empty tensor's strides can overflow; it addresses nothing,
+/// and 0 stands in for a stride that does not fit in `i64`.
 pub fn dense_strides(shape: &[i64], row_major: bool) -> DimVec<i64> {
     let ndim = shape.len();
-    let mut strides = DimVec::filled(0i64, ndim).expect("a validated rank");
+    let mut strides = DimVec::filled(0i64, ndim).expect("at most MAX_NDIM dims");
     let mut running = Some(1i64);
     for i in 0..ndim {
         let k = if row_major { ndim - 1 - i } else { i };
@@ -216,13 +199,11 @@ pub fn dense_strides(shape: &[i64], row_major: bool) -> DimVec<i64> {
 
 /// Whether `strides` are the compact row-major ones for `shape`, ignoring size-1 dimensions.
 fn is_row_major_compact(shape: &[i64], strides: &[i64]) -> bool {
-    compact_row_major_strides(shape).is_some_and(|compact| {
-        compact
-            .iter()
-            .zip(strides)
-            .zip(shape)
-            .all(|((c, s), &n)| n <= 1 || c == s)
-    })
+    dense_strides(shape, true)
+        .iter()
+        .zip(strides)
+        .zip(shape)
+        .all(|((c, s), &n)| n <= 1 || c == s)
 }
 
 /// The product of `shape`: 0 as soon as one dimension is 0, `None` on overflow. Dimensions

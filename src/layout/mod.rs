@@ -336,7 +336,7 @@ fn plan_view(
                 len,
             });
         } else {
-            offset_elements -= ((len - 1) * step * parent_strides[r] as usize) as isize;
+            offset_elements -= ((len - 1) * links[r].stride as usize) as isize;
             ranges.push(DimRange {
                 start: (len - 1) * step + 1,
                 step: -(step as isize),
