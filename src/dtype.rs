@@ -162,24 +162,45 @@ impl ElementType {
         }
     }
 
-    /// A stable small integer for the Julia glue: the index in [`Self::NAMED`], and 5 (UInt8)
-    /// for the raw-byte forms.
-    pub fn code(self) -> u32 {
-        let byte_form = match self {
-            Self::RawBytes { .. } | Self::PackedBits { .. } => Self::UInt8,
-            named => named,
-        };
-        Self::NAMED
-            .iter()
-            .position(|&e| e == byte_form)
-            .map_or(5, |i| i as u32)
+    /// The Julia element type's name with its parameters (for messages).
+    pub fn julia_name_full(self) -> String {
+        match self {
+            Self::RawBytes { code, bits } => format!("DLPackRaw{{{code}, {bits}}}"),
+            named => named.julia_name().to_string(),
+        }
     }
 
-    /// Inverse of [`Self::code`] for the named types.
+    /// A stable integer for the Julia glue: the index in [`Self::NAMED`]; for a raw-byte
+    /// element, [`RAW_CODE_BASE`] plus its DLPack code × 256 plus its bits (Julia's
+    /// `DLPackRaw{code, bits}`, which keeps the code through a round trip); 5 (`UInt8`) for
+    /// packed sub-byte data, which arrives as a byte vector.
+    pub fn code(self) -> u32 {
+        match self {
+            Self::RawBytes { code, bits } => RAW_CODE_BASE + (u32::from(code) << 8) + u32::from(bits),
+            Self::PackedBits { .. } => 5,
+            named => Self::NAMED
+                .iter()
+                .position(|&e| e == named)
+                .map_or(5, |i| i as u32),
+        }
+    }
+
+    /// Inverse of [`Self::code`] (packed data excepted: code 5 is `UInt8`).
     pub fn from_code(code: u32) -> Option<Self> {
+        if let Some(raw) = code.checked_sub(RAW_CODE_BASE) {
+            let (dlpack_code, bits) = (u8::try_from(raw >> 8).ok()?, (raw & 0xff) as u8);
+            let dtype = DLDataType::scalar(DLDataTypeCode(dlpack_code), bits);
+            return match Self::from_dlpack(dtype, true) {
+                Ok(raw @ Self::RawBytes { .. }) => Some(raw),
+                _ => None,
+            };
+        }
         Self::NAMED.get(code as usize).copied()
     }
 }
+
+/// Where [`ElementType::code`]'s raw-byte codes start.
+pub const RAW_CODE_BASE: u32 = 0x1_0000;
 
 fn is_fp8(code: DLDataTypeCode) -> bool {
     (DLDataTypeCode::FLOAT8_E3M4.0..=DLDataTypeCode::FLOAT8_E8M0FNU.0).contains(&code.0)
@@ -215,6 +236,8 @@ mod tests {
             assert_eq!(element, ElementType::RawBytes { code, bits: 8 });
             assert_eq!(element.julia_name(), "UInt8");
             assert_eq!(element.to_dlpack(), dtype);
+            assert_eq!(element.code(), RAW_CODE_BASE + (u32::from(code) << 8) + 8);
+            assert_eq!(ElementType::from_code(element.code()), Some(element));
         }
     }
 
@@ -231,6 +254,24 @@ mod tests {
         );
         let fp6_with_wrong_bits = DLDataType::scalar(DLDataTypeCode::FLOAT6_E2M3FN, 8);
         assert!(ElementType::from_dlpack(fp6_with_wrong_bits, false).is_err());
+    }
+
+    #[test]
+    fn raw_codes_that_name_no_raw_dtype_are_refused() {
+        let padded_fp4 = ElementType::RawBytes { code: 17, bits: 4 };
+        assert_eq!(ElementType::from_code(padded_fp4.code()), Some(padded_fp4));
+        for bad in [
+            RAW_CODE_BASE + (2 << 8) + 32, // float32 is named, not raw
+            RAW_CODE_BASE + (17 << 8) + 8, // fp4 with 8 bits
+            RAW_CODE_BASE + (300 << 8),    // not a DLPack code
+            15,
+        ] {
+            assert_eq!(ElementType::from_code(bad), None, "{bad:#x}");
+        }
+        assert_eq!(
+            ElementType::PackedBits { code: 17, bits: 4 }.code(),
+            ElementType::UInt8.code()
+        );
     }
 
     #[test]

@@ -95,6 +95,28 @@ pub enum Error {
     )]
     ReadOnly,
 
+    #[error(
+        "the tensor is on device {} (type {}, id {}), which {target} cannot hold; import host \
+         memory into an Array and CUDA memory into a CuArray, or ask the producer for \
+         dl_device=(CPU, 0)", device_name(.device), .device.device_type.0, .device.device_id
+    )]
+    NotOnTarget {
+        device: DLDevice,
+        target: &'static str,
+    },
+
+    #[error(
+        "a CUDA array would need a copy here ({reason}), and RsDLPack copies on the host only; \
+         ask the producer for a contiguous tensor (e.g. t.contiguous()) or import into an Array"
+    )]
+    DeviceCopyUnavailable { reason: &'static str },
+
+    #[error("the tensor's elements are {found}, not the requested {expected}")]
+    TypeMismatch { expected: String, found: String },
+
+    #[error("the tensor has {found} dimensions, not the requested {expected}")]
+    RankMismatch { expected: usize, found: usize },
+
     #[error("cannot export: {0}")]
     Export(String),
 
@@ -127,6 +149,10 @@ impl Error {
                 | Self::ReadOnly
                 | Self::VectorDtype { .. }
                 | Self::NoCudaDriver
+                | Self::NotOnTarget { .. }
+                | Self::DeviceCopyUnavailable { .. }
+                | Self::TypeMismatch { .. }
+                | Self::RankMismatch { .. }
         )
     }
 }

@@ -31,7 +31,12 @@
 
 #[cfg(test)]
 mod exhaustive;
+mod flat;
 mod nest;
+mod target;
+
+pub use flat::{ArrayPlan, PlanKind};
+pub use target::{ArrayRequest, Target, plan_for};
 
 use crate::descriptor::TensorDescriptor;
 use crate::dims::DimVec;
@@ -358,3 +363,5 @@ fn plan_view(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_target;

@@ -1,0 +1,181 @@
+//! The target-aware decision ([`plan_for`]) and its flat C form ([`ArrayPlan`]).
+
+use super::*;
+use crate::device::{Device, DeviceKind};
+use crate::dims::MAX_NDIM;
+use crate::test_support::host_descriptor;
+
+fn on(kind: DeviceKind, shape: &[i64], strides: &[i64]) -> TensorDescriptor {
+    let mut d = host_descriptor(1 << 20, shape, strides, ElementType::Float32);
+    d.device = Device { kind, id: 0 };
+    d
+}
+
+fn typed(order: IndexOrder, policy: CopyPolicy) -> ArrayRequest {
+    ArrayRequest {
+        order,
+        policy,
+        dense: true,
+        element: Some(ElementType::Float32),
+        ndim: Some(2),
+        ..ArrayRequest::new(Target::HostArray)
+    }
+}
+
+#[test]
+fn each_target_holds_only_its_memory() {
+    let host = on(DeviceKind::Cpu, &[2, 3], &[3, 1]);
+    let cuda = on(DeviceKind::Cuda, &[2, 3], &[3, 1]);
+    let other = on(DeviceKind::Other(8), &[2, 3], &[3, 1]);
+    let to_host = ArrayRequest::new(Target::HostArray);
+    let to_cuda = ArrayRequest::new(Target::CudaArray);
+    assert!(matches!(plan_for(&host, &to_host), Ok(LayoutPlan::View(_))));
+    assert!(matches!(plan_for(&cuda, &to_cuda), Ok(LayoutPlan::View(_))));
+    for (descriptor, request, target) in [
+        (&cuda, &to_host, "a host array"),
+        (&host, &to_cuda, "a CUDA array"),
+        (&other, &to_host, "a host array"),
+        (&other, &to_cuda, "a CUDA array"),
+    ] {
+        let message = plan_for(descriptor, request).unwrap_err().to_string();
+        assert!(message.contains(target), "{message}");
+        assert!(message.contains(&format!("type {}", descriptor.device.to_dlpack().device_type.0)), "{message}");
+    }
+    // Pinned and managed memory are host-readable and belong to CUDA: both targets take them.
+    for kind in [DeviceKind::CudaHost, DeviceKind::CudaManaged] {
+        let pinned = on(kind, &[2, 3], &[3, 1]);
+        assert!(plan_for(&pinned, &to_host).is_ok());
+        assert!(plan_for(&pinned, &to_cuda).is_ok());
+    }
+}
+
+#[test]
+fn a_cuda_array_never_gets_a_copy_plan() {
+    let overlapping = on(DeviceKind::Cuda, &[3, 3], &[1, 1]);
+    let message = plan_for(&overlapping, &ArrayRequest::new(Target::CudaArray))
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("copies on the host only"), "{message}");
+    let copy = ArrayRequest {
+        policy: CopyPolicy::Always,
+        ..ArrayRequest::new(Target::CudaArray)
+    };
+    let compact = on(DeviceKind::Cuda, &[2, 3], &[3, 1]);
+    assert!(matches!(plan_for(&compact, &copy), Err(Error::DeviceCopyUnavailable { .. })));
+    // Empty tensors share nothing and need no copy.
+    let empty = on(DeviceKind::Cuda, &[0, 3], &[3, 1]);
+    assert!(matches!(plan_for(&empty, &copy), Ok(LayoutPlan::Empty { .. })));
+}
+
+#[test]
+fn typed_requests_check_element_type_and_rank_first() {
+    let t = on(DeviceKind::Cpu, &[2, 3], &[1, 2]);
+    let mut request = typed(IndexOrder::Producer, CopyPolicy::IfNeeded);
+    assert!(matches!(plan_for(&t, &request), Ok(LayoutPlan::View(_))));
+    request.element = Some(ElementType::Float64);
+    let message = plan_for(&t, &request).unwrap_err().to_string();
+    assert!(message.contains("Float32, not the requested Float64"), "{message}");
+    request.element = Some(ElementType::Float32);
+    request.ndim = Some(3);
+    let message = plan_for(&t, &request).unwrap_err().to_string();
+    assert!(message.contains("2 dimensions, not the requested 3"), "{message}");
+    // Raw fp8 bytes are their own element type, not UInt8.
+    let mut fp8 = t;
+    fp8.element = ElementType::RawBytes { code: 10, bits: 8 };
+    request.ndim = Some(2);
+    request.element = Some(ElementType::UInt8);
+    let message = plan_for(&fp8, &request).unwrap_err().to_string();
+    assert!(message.contains("DLPackRaw{10, 8}"), "{message}");
+    request.element = Some(fp8.element);
+    assert!(plan_for(&fp8, &request).is_ok());
+}
+
+#[test]
+fn typed_requests_get_a_plain_array_or_a_copy() {
+    let column_major = on(DeviceKind::Cpu, &[2, 3], &[1, 2]);
+    let row_major = on(DeviceKind::Cpu, &[2, 3], &[3, 1]);
+    let stepped = on(DeviceKind::Cpu, &[2, 3], &[1, 4]);
+    let view = |d: &TensorDescriptor, r: &ArrayRequest| match plan_for(d, r) {
+        Ok(LayoutPlan::View(v)) => v.is_whole_parent() && v.is_identity_permutation(),
+        Ok(LayoutPlan::Copy { reason, .. }) => {
+            assert!(reason.contains("dense"), "{reason}");
+            false
+        }
+        other => panic!("{other:?}"),
+    };
+    let producer = typed(IndexOrder::Producer, CopyPolicy::IfNeeded);
+    let reversed = typed(IndexOrder::Reversed, CopyPolicy::IfNeeded);
+    assert!(view(&column_major, &producer));
+    assert!(!view(&row_major, &producer));
+    assert!(view(&row_major, &reversed));
+    assert!(!view(&column_major, &reversed));
+    assert!(!view(&stepped, &producer));
+    // Without typing, the same layouts are views.
+    let untyped = ArrayRequest::new(Target::HostArray);
+    assert!(matches!(plan_for(&row_major, &untyped), Ok(LayoutPlan::View(_))));
+    assert!(matches!(plan_for(&stepped, &untyped), Ok(LayoutPlan::View(_))));
+    // copy=false: the refusal says why.
+    let never = typed(IndexOrder::Producer, CopyPolicy::Never);
+    let message = plan_for(&row_major, &never).unwrap_err().to_string();
+    assert!(message.contains("dense array in the requested index order"), "{message}");
+    // A copy of a read-only tensor is writable; a view is refused unless read-only is accepted.
+    let mut read_only = column_major;
+    read_only.read_only = true;
+    assert!(matches!(plan_for(&read_only, &producer), Err(Error::ReadOnly)));
+    let accepting = ArrayRequest {
+        access: Access::ReadOnly,
+        ..producer
+    };
+    assert!(plan_for(&read_only, &accepting).is_ok());
+    let mut stepped_read_only = stepped;
+    stepped_read_only.read_only = true;
+    assert!(matches!(plan_for(&stepped_read_only, &producer), Ok(LayoutPlan::Copy { .. })));
+}
+
+#[test]
+fn the_flat_plan_carries_the_view_with_one_based_indices() {
+    // A reversed, stepped row-major slice: a view, a permutation and ranges with negative steps.
+    let mut t = on(DeviceKind::Cpu, &[3, 2], &[-8, 2]);
+    t.read_only = true;
+    let decided = plan(&t, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap();
+    let LayoutPlan::View(view) = &decided else { panic!("{decided:?}") };
+    let flat = ArrayPlan::new(&t, &decided);
+    assert_eq!(flat.plan_kind(), PlanKind::View);
+    assert_eq!(flat.ndims, 2);
+    assert!(flat.tensor.is_null());
+    assert_eq!(flat.element_code, ElementType::Float32.code());
+    assert_eq!((flat.device_type, flat.device_id), (1, 0));
+    assert_eq!(flat.read_only, 1);
+    assert_eq!(flat.needs_view, u8::from(!view.is_whole_parent()));
+    assert_eq!(flat.needs_permutation, 1);
+    assert_eq!(
+        flat.parent_address,
+        t.first_element.wrapping_add_signed(view.parent_byte_offset)
+    );
+    for p in 0..2 {
+        assert_eq!(flat.parent_dims[p], view.parent_dims[p] as i64);
+        assert_eq!(flat.starts[p], view.ranges[p].start as i64);
+        assert_eq!(flat.steps[p], view.ranges[p].step as i64);
+        assert_eq!(flat.lengths[p], view.ranges[p].len as i64);
+        assert_eq!(flat.permutation[p], view.permutation[p] as i64 + 1);
+    }
+    assert_eq!(&flat.dims[..2], &[3, 2]);
+    assert!(flat.dims[2..].iter().chain(&flat.parent_dims[2..]).all(|&x| x == 0));
+}
+
+#[test]
+fn the_flat_plan_of_copies_and_empties_has_dims_only() {
+    let overlapping = on(DeviceKind::Cpu, &[3, 4], &[1, 1]);
+    let copy = ArrayPlan::new(&overlapping, &plan(&overlapping, IndexOrder::Reversed, CopyPolicy::IfNeeded).unwrap());
+    assert_eq!(copy.plan_kind(), PlanKind::Copy);
+    assert_eq!((copy.ndims, &copy.dims[..3]), (2, &[4, 3, 0][..]));
+    assert_eq!((copy.parent_address, copy.read_only), (0, 0));
+    let empty = on(DeviceKind::Cpu, &[0, 5, 2], &[10, 2, 1]);
+    let flat = ArrayPlan::new(&empty, &plan(&empty, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap());
+    assert_eq!(flat.plan_kind(), PlanKind::Empty);
+    assert_eq!((flat.ndims, &flat.dims[..3]), (3, &[0, 5, 2][..]));
+    // The C layout: 3 words, six arrays of MAX_NDIM words, three u32 and four u8, no padding.
+    assert_eq!(MAX_NDIM, 32);
+    assert_eq!(std::mem::size_of::<ArrayPlan>(), 8 * 3 + 6 * 8 * 32 + 3 * 4 + 4);
+    assert_eq!(std::mem::align_of::<ArrayPlan>(), 8);
+}
