@@ -6,7 +6,7 @@ module RsDLPackCUDAExt
 
 using CUDA: CUDA, CuArray, CuContext, CuPtr, CuStream
 import RsDLPack
-using RsDLPack: Native, DLPackError, KDLCUDA, PLAN_COPY, PLAN_EMPTY, rethrowing_native
+using RsDLPack: Native, KDLCUDA, PLAN_VIEW, ArrayPlan, TensorOwner, rethrowing_native
 
 # The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
 # `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
@@ -39,29 +39,29 @@ end
 
 RsDLPack.storage_of(A::CuArray) = storage_keeper(A)
 
-function RsDLPack.wrap_imported(::Type{<:CuArray}, handle)
-    device_type = Native.device_type(handle)
-    if device_type != KDLCUDA
-        Native.release!(handle)
-        throw(DLPackError(:buffer, "the tensor is on DLPack device type $device_type, not CUDA; " *
-                                   "use from_dlpack(Array, ...) for host memory"))
-    end
-    T = RsDLPack.element_type(Native.element_code(handle))
-    kind = Native.plan_kind(handle)
-    if kind == PLAN_EMPTY
-        Native.release!(handle)
-        return CuArray{T}(undef, RsDLPack.dims_of(Native.result_ndims(handle), k -> Native.result_dim(handle, k)))
-    elseif kind == PLAN_COPY
-        Native.release!(handle)
-        throw(DLPackError(:buffer, "these strides need a copy, which RsDLPack makes on the host only; " *
-                                   "ask the producer for a contiguous tensor (t.contiguous()) or import into an Array"))
-    end
-    parent_dims = RsDLPack.dims_of(Native.parent_ndims(handle), k -> Native.parent_dim(handle, k))
-    P = unsafe_wrap(CuArray, CuPtr{T}(Native.parent_address(handle)), parent_dims; own=false)
-    keeper = storage_keeper(P)
-    finalizer(_ -> Native.release!(handle), keeper)
-    RsDLPack.register_owner!(keeper, handle)
-    return RsDLPack.compose_view(P, handle)
+# The core decides for target 1 (a CUDA array): CUDA memory only, views or empty results only
+# (it has no device copy engine), typed forms dense.
+RsDLPack.plan_target(::Type{<:CuArray}) = UInt32(1)
+RsDLPack.is_typed(::Type{<:CuArray{T,N}}) where {T,N} = true
+
+"Wraps the plan's parent as a CuArray whose memory keeper releases `owner` when collected."
+function wrap_parent(::Type{T}, plan::ArrayPlan, dims::Dims, owner::TensorOwner) where {T}
+    P = unsafe_wrap(CuArray, CuPtr{T}(plan.parent_address), dims; own=false)
+    RsDLPack.tie_to!(storage_keeper(P), owner)
+    return P
+end
+
+function RsDLPack.wrap_imported(::Type{<:CuArray}, plan::ArrayPlan, owner::TensorOwner)
+    T = RsDLPack.element_type(plan.element_code)
+    plan.kind == PLAN_VIEW || return CuArray{T}(undef, RsDLPack.result_dims(plan))
+    P = wrap_parent(T, plan, RsDLPack.parent_dims(plan), owner)
+    return RsDLPack.compose_view(P, plan)
+end
+
+function RsDLPack.wrap_imported(::Type{<:CuArray{T,N}}, plan::ArrayPlan, owner::TensorOwner) where {T,N}
+    dims = RsDLPack.result_dims(plan, Val(N))
+    plan.kind == PLAN_VIEW || return CuArray{T,N}(undef, dims)
+    return wrap_parent(T, plan, dims, owner)
 end
 
 # Export: device memory, ordered after the task-local stream the array was written on.

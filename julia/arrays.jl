@@ -1,5 +1,5 @@
-# Julia arrays from the Rust core's plans. The core decided everything (see
-# src/layout/mod.rs in the Rust crate); this file only composes
+# Julia arrays from the Rust core's plans. The core decided everything (src/layout/ in the Rust
+# crate) and sent it in one struct (ArrayPlan); this file only composes
 #     unsafe_wrap(parent) -> view(ranges) -> PermutedDimsArray(permutation)
 # and ties the foreign memory's lifetime to Julia's garbage collector.
 
@@ -13,15 +13,15 @@ index_order_code(order::Symbol) =
 
 copy_code(copy::Union{Nothing,Bool}) = copy === nothing ? Int8(-1) : copy ? Int8(1) : Int8(0)
 
-# Storage object (the Array on Julia 1.10, its Memory on ≥ 1.11) -> the ImportedArray that owns
-# its memory; only `unsafe_free!` looks here. Keyed by identity (objectid, confirmed through a
+# Storage object (the Array on Julia 1.10, its Memory on ≥ 1.11) -> the TensorOwner of its
+# memory; only `unsafe_free!` looks here. Keyed by identity (objectid, confirmed through a
 # WeakRef): arrays hash by content, so a WeakKeyDict would confuse two equal imports. Entries
 # whose storage was collected are pruned as new ones arrive.
-const OWNERS = Dict{UInt,Tuple{WeakRef,Any}}()
+const OWNERS = Dict{UInt,Tuple{WeakRef,TensorOwner}}()
 const OWNERS_LOCK = ReentrantLock()
 const OWNERS_PRUNE_AT = Ref(64)  # prune when the table doubles: amortised O(1) per import
 
-function register_owner!(storage, owner)
+function register_owner!(storage, owner::TensorOwner)
     lock(OWNERS_LOCK) do
         if length(OWNERS) >= OWNERS_PRUNE_AT[]
             filter!(entry -> entry[2][1].value !== nothing, OWNERS)
@@ -42,14 +42,21 @@ function take_owner!(storage)
     end
 end
 
+"Makes `storage`'s collection release `owner`'s tensor (queued: see `release_later!`)."
+function tie_to!(storage, owner::TensorOwner)
+    finalizer(_ -> release_later!(owner), storage)
+    register_owner!(storage, owner)
+    return storage
+end
+
 """
-Wraps foreign memory as an `Array` whose storage releases `owner` when collected.
+Wraps foreign memory as an `Array{T,N}` whose storage releases `owner` when collected.
 
 On Julia ≥ 1.11 the finalizer sits on the `Memory`, not the `Array`: `reshape` and `vec` make
 new `Array`s over the same `Memory`, so the first `Array` may die while the memory is in use.
 On 1.10 a reshaped array keeps the original array alive, so the `Array` is the storage.
 """
-function wrap_foreign(::Type{T}, address::UInt, dims::Dims{N}, owner) where {T,N}
+function wrap_foreign(::Type{T}, address::UInt, dims::Dims{N}, owner::TensorOwner) where {T,N}
     pointer = Ptr{T}(address)
     @static if VERSION >= v"1.11"
         storage = unsafe_wrap(Memory{T}, pointer, prod(dims); own=false)
@@ -58,9 +65,8 @@ function wrap_foreign(::Type{T}, address::UInt, dims::Dims{N}, owner) where {T,N
         array = unsafe_wrap(Array, pointer, dims; own=false)
         storage = array
     end
-    finalizer(_ -> Native.release!(owner), storage)
-    register_owner!(storage, owner)
-    return array
+    tie_to!(storage, owner)
+    return array::Array{T,N}
 end
 
 "The storage object behind an array made by `from_dlpack` (or `nothing`)."
@@ -75,43 +81,45 @@ end
 storage_of(A::Union{SubArray,PermutedDimsArray,ReadOnlyArray,Base.ReshapedArray}) = storage_of(parent(A))
 storage_of(_) = nothing
 
-dims_of(n::Integer, dim::Function) = ntuple(k -> Int(dim(Int64(k - 1))), Int(n))
+result_dims(plan::ArrayPlan) = ntuple(k -> Int(plan.dims[k]), Int(plan.ndims))
+result_dims(plan::ArrayPlan, ::Val{N}) where {N} = ntuple(k -> Int(plan.dims[k]), Val(N))
+parent_dims(plan::ArrayPlan) = ntuple(p -> Int(plan.parent_dims[p]), Int(plan.ndims))
 
 "Composes the view the plan describes over `P`, the parent array."
-function compose_view(P::AbstractArray, handle)
+function compose_view(P::AbstractArray, plan::ArrayPlan)
     N = ndims(P)
-    ranges = ntuple(N) do p
-        start = Int(Native.range_start(handle, Int64(p - 1)))
-        step = Int(Native.range_step(handle, Int64(p - 1)))
-        len = Int(Native.range_len(handle, Int64(p - 1)))
-        start:step:(start + step * (len - 1))
-    end
-    permutation = ntuple(k -> Int(Native.permutation(handle, Int64(k - 1))) + 1, N)
-    V = all(p -> ranges[p] == 1:size(P, p), 1:N) ? P : view(P, ranges...)
-    return permutation == ntuple(identity, N) ? V : PermutedDimsArray(V, permutation)
+    V = plan.needs_view == 0 ? P : view(P, ntuple(N) do p
+        start, step = Int(plan.starts[p]), Int(plan.steps[p])
+        start:step:(start + step * (Int(plan.lengths[p]) - 1))
+    end...)
+    plan.needs_permutation == 0 && return V
+    return PermutedDimsArray(V, ntuple(k -> Int(plan.permutation[k]), N))
 end
 
 """
-The Julia array for a planned import. Copies and empty tensors are ordinary Julia arrays (the
-tensor is released at once); views share the tensor's memory.
+The Julia array for a planned import (untyped forms). Copies and empty tensors are ordinary
+Julia arrays; views share the tensor's memory through `owner`.
 """
-function host_array(handle)
-    T = element_type(Native.element_code(handle))
-    kind = Native.plan_kind(handle)
-    if kind == PLAN_EMPTY || kind == PLAN_COPY
-        A = Array{T}(undef, dims_of(Native.result_ndims(handle), k -> Native.result_dim(handle, k)))
-        try
-            if kind == PLAN_COPY
-                GC.@preserve A rethrowing_native(() -> Native.copy_into!(handle, UInt(pointer(A)), UInt(sizeof(A))))
-            end
-        finally
-            Native.release!(handle)
-        end
-        return A
+function host_array(plan::ArrayPlan, owner::TensorOwner)
+    T = element_type(plan.element_code)
+    if plan.kind == PLAN_VIEW
+        return compose_view(wrap_foreign(T, plan.parent_address, parent_dims(plan), owner), plan)
     end
-    parent_dims = dims_of(Native.parent_ndims(handle), k -> Native.parent_dim(handle, k))
-    P = wrap_foreign(T, Native.parent_address(handle), parent_dims, handle)
-    return compose_view(P, handle)
+    A = Array{T}(undef, result_dims(plan))
+    plan.kind == PLAN_COPY && copy_into!(A, take_handle!(owner))
+    return A
+end
+
+"""
+The `Array{T,N}` for a planned import of a typed form: the plan is a whole dense parent (no
+view, no permutation), an empty tensor, or a copy — never anything else (the core decided).
+"""
+function dense_array(::Type{T}, ::Val{N}, plan::ArrayPlan, owner::TensorOwner) where {T,N}
+    dims = result_dims(plan, Val(N))
+    plan.kind == PLAN_VIEW && return wrap_foreign(T, plan.parent_address, dims, owner)
+    A = Array{T,N}(undef, dims)
+    plan.kind == PLAN_COPY && copy_into!(A, take_handle!(owner))
+    return A
 end
 
 """
@@ -129,6 +137,6 @@ function unsafe_free!(A::AbstractArray)
     owner === nothing && throw(ArgumentError(
         "unsafe_free!: this array does not share a DLPack tensor's memory (a copy, not from " *
         "from_dlpack, already freed, or a reshape made on Julia 1.10)"))
-    Native.release!(owner)
+    release_now!(owner)
     return nothing
 end

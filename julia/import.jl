@@ -1,17 +1,19 @@
 # from_dlpack: the generic half. The Python extensions add methods for their object types
 # (PyCall.PyObject, PythonCall.Py) that call `import_dlpack` with a way to get the raw pointer;
-# the CUDA extension adds `import_options` and `wrap_imported` methods for `CuArray`.
+# the CUDA extension adds `import_options`, `plan_target` and `wrap_imported` methods for
+# `CuArray`.
 
 """
     from_dlpack(Array, obj; copy=nothing, order=:producer, readonly=false)
+    from_dlpack(Array{T,N}, obj; copy=nothing, order=:producer)
+    from_dlpack(ReadOnlyArray{T,N}, obj; copy=nothing, order=:producer)
     from_dlpack(obj; kwargs...)  # same as from_dlpack(Array, obj; kwargs...)
 
 The tensor `obj` (anything with `__dlpack__`, or a DLPack capsule, as a PyCall `PyObject` or a
 PythonCall `Py`) as a Julia array over the same memory.
 
 - Indices match the producer's: a row-major `(2, 3)` tensor `t` arrives as a 2×3 array `A`
-  with `A[i, j] == t[i-1, j-1]` (a `PermutedDimsArray` when the layout is row-major; a plain
-  `Array` for column-major data). `order=:reversed` reverses the dims instead, so a row-major
+  with `A[i, j] == t[i-1, j-1]`. `order=:reversed` reverses the dims instead, so a row-major
   tensor arrives as a plain `Array` of size `(3, 2)`.
 - Any strides work: transposed, stepped, reversed (`a[::-1]`) and sliced tensors are views;
   size-1 dimensions may carry any stride; `byte_offset` is honoured.
@@ -20,39 +22,74 @@ PythonCall `Py`) as a Julia array over the same memory.
 - A tensor the producer marked read-only throws a `DLPackError` unless `readonly=true`, which
   returns a [`ReadOnlyArray`](@ref), or `copy=true`.
 
+Result types:
+- `from_dlpack(Array, obj)` (untyped) returns what the strides allow without copying: an
+  `Array` (column-major in the chosen order), a `SubArray` (stepped, reversed or sliced), a
+  `PermutedDimsArray` (any other dimension order), or a `ReadOnlyArray` of one of these.
+- `from_dlpack(Array{T,N}, obj)` (typed) always returns exactly `Array{T,N}`, so callers'
+  code infers: zero-copy when the tensor is dense in the chosen order (a row-major tensor with
+  `order=:reversed`, a column-major one with `order=:producer`), else a copy (`copy=false`
+  throws instead). A different element type or rank throws a `DLPackError` naming both.
+- `from_dlpack(ReadOnlyArray{T,N}, obj)` likewise always returns
+  `ReadOnlyArray{T,N,Array{T,N}}`, sharing read-only memory too.
+- Element types DLPack has and Julia does not (fp8, fp6, fp4) arrive as
+  [`DLPackRaw{code,bits}`](@ref) bytes, which `share` exports with their original type.
+
 The memory stays valid while the result (or any view of it) is reachable; use
 [`RsDLPack.unsafe_free!`](@ref) to release it earlier.
 """
 function from_dlpack end
 
 "Import options for a target array type (the CUDA extension adds `CuArray`)."
-import_options(::Type{<:Array}, copy) = ImportOptions(; device=(KDLCPU, 0), copy=copy)
+import_options(::Type{<:AbstractArray}, copy) = ImportOptions(; device=(KDLCPU, 0), copy=copy)
+
+"The core's target code for an array type: 0 host `Array` (the CUDA extension adds `CuArray`)."
+plan_target(::Type{<:AbstractArray}) = UInt32(0)
+
+# The typed forms: a concrete element type and rank, and a plain dense result.
+requested_element(::Type{A}) where {A<:AbstractArray} =
+    eltype(A) === Any ? Int64(-1) : Int64(element_code(eltype(A)))
+requested_rank(::Type{<:AbstractArray{<:Any,N}}) where {N} = Int64(N)
+requested_rank(::Type) = Int64(-1)
+is_typed(::Type{Array{T,N}}) where {T,N} = true
+is_typed(::Type{<:ReadOnlyArray{T,N}}) where {T,N} = true
+is_typed(::Type) = false
+
+function plan_options(::Type{A}, copy, order::Symbol, readonly::Bool) where {A}
+    return PlanOptions(requested_element(A), requested_rank(A), plan_target(A),
+                       index_order_code(order), copy_code(copy), readonly, is_typed(A), 0)
+end
 
 "The Julia array for a planned import, for a target array type."
-wrap_imported(::Type{<:Array}, handle) = host_array(handle)
+wrap_imported(::Type{<:Array}, plan, owner) = host_array(plan, owner)
+wrap_imported(::Type{Array{T,N}}, plan, owner) where {T,N} = dense_array(T, Val(N), plan, owner)
+wrap_imported(::Type{<:ReadOnlyArray}, plan, owner) = ReadOnlyArray(host_array(plan, owner))
+wrap_imported(::Type{<:ReadOnlyArray{T,N}}, plan, owner) where {T,N} =
+    ReadOnlyArray(dense_array(T, Val(N), plan, owner))
 
 """
-    import_dlpack(pointer_of, T, obj; copy, order, readonly)
+    import_dlpack(pointer_of, A, obj; copy, order, readonly)
 
-The shared import path. `pointer_of(obj)` returns the borrowed `PyObject*` of `obj` (the
-caller keeps `obj` alive during the call).
+The shared import path: one call into the bridge, then the array is composed here.
+`pointer_of(obj)` returns the borrowed `PyObject*` of `obj` (the caller keeps `obj` alive).
 """
-function import_dlpack(pointer_of, ::Type{T}, obj; copy::Union{Nothing,Bool}=nothing,
-                       order::Symbol=:producer, readonly::Bool=false) where {T}
-    unroot_released!()
-    # Every argument is checked before the tensor exists: after python_import it is owned
-    # here, and only take_tensor (which releases it on any error) may receive it.
-    order_code = index_order_code(order)
-    options = import_options(T, copy)
-    tensor = GC.@preserve obj python_import(pointer_of(obj), options)
-    handle = rethrowing_native(() -> Native.take_tensor(UInt(tensor), order_code, copy_code(copy), readonly))
-    A = try
-        wrap_imported(T, handle)
+function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=nothing,
+                       order::Symbol=:producer, readonly::Bool=false) where {A}
+    is_typed(A) && A <: Array && readonly && throw(ArgumentError(
+        "from_dlpack($A, …; readonly=true): a typed Array is writable; ask for " *
+        "ReadOnlyArray{$(eltype(A)),$(ndims(A))} to share read-only memory"))
+    # Every argument is checked before the tensor exists.
+    request = plan_options(A, copy, order, readonly || A <: ReadOnlyArray)
+    options = import_options(A, copy)
+    plan = GC.@preserve obj python_import_plan(pointer_of(obj), options, request)
+    owner = TensorOwner(plan.tensor)
+    result = try
+        wrap_imported(A, plan, owner)
     catch
-        Native.release!(handle)  # nothing wraps the tensor: release it now, not at GC
+        release_now!(owner)  # nothing wraps the tensor: release it now, not at GC
         rethrow()
     end
-    # A view of memory the producer marked read-only stays read-only; copies are the caller's.
-    shares_read_only = Native.plan_kind(handle) == PLAN_VIEW && Native.is_read_only(handle)
-    return readonly && shares_read_only ? ReadOnlyArray(A) : A
+    # Untyped: a view of memory the producer marked read-only stays read-only.
+    is_typed(A) && return result
+    return readonly && plan.read_only != 0 ? ReadOnlyArray(result) : result
 end

@@ -26,16 +26,99 @@ function ImportOptions(; stream::Union{Nothing,Integer}=nothing,
                   copy === nothing ? -1 : Int32(copy))
 end
 
+"Mirror of `RsdlPlanOptions` (bridges/python/src/arrays.rs): what the array should become."
+struct PlanOptions
+    element_code::Int64   # -1: any
+    ndims::Int64          # -1: any
+    target::UInt32        # 0: Array, 1: CuArray
+    order::UInt32         # 0: producer, 1: reversed
+    copy::Int32           # -1, 0, 1
+    readonly::UInt32      # 1: a read-only view is acceptable
+    dense::UInt32         # 1: only a plain dense array (typed forms)
+    reserved::UInt32
+end
+
+const MAX_NDIM = 32
+const DimTuple = NTuple{MAX_NDIM,Int64}
+
+"Mirror of `rsdlpack::layout::ArrayPlan` (src/layout/flat.rs): the whole plan, one struct."
+struct ArrayPlan
+    tensor::Ptr{Cvoid}      # owned handle (views, copies); C_NULL for empty results
+    parent_address::UInt
+    ndims::Int64
+    dims::DimTuple
+    parent_dims::DimTuple
+    starts::DimTuple        # per parent dim: start:step:start+step*(len-1), 1-based
+    steps::DimTuple
+    lengths::DimTuple
+    permutation::DimTuple   # per result dim: its parent dim, 1-based
+    element_code::UInt32
+    device_type::UInt32
+    device_id::Int32
+    kind::UInt8             # PLAN_VIEW, PLAN_EMPTY, PLAN_COPY
+    read_only::UInt8
+    needs_view::UInt8
+    needs_permutation::UInt8
+end
+
+"Mirror of `RsdlImportResult`."
+struct ImportResult
+    plan::ArrayPlan
+    released_roots::UInt64
+end
+
+"Mirror of `RsdlArrayExport`: a Julia array to share."
+struct ArrayExport
+    address::UInt
+    dims::Ptr{Int64}
+    strides::Ptr{Int64}
+    ndims::Int64
+    root_id::UInt64
+    stream::UInt
+    element_code::UInt32
+    order::UInt32
+    device_type::UInt32
+    device_id::Int32
+    read_only::UInt32
+    reserved::UInt32
+end
+
+"Mirror of `RsdlShareResult`."
+struct ShareResult
+    exporter::Ptr{Cvoid}
+    released_roots::UInt64
+end
+
+# The structs above, by the numbers `rsdlpack_struct_size` knows them by.
+const MIRRORED_STRUCTS = (ImportOptions, PlanOptions, ImportResult, ArrayExport, ShareResult)
+
 const PYTHON_BRIDGE = Ref{Ptr{Cvoid}}(C_NULL)
 const PYTHON_SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
 const PYTHON_SYMBOLS_LOCK = ReentrantLock()
+# Looked up once at load: the calls every import makes, and the finalizers' release (which may
+# take no lock).
+const IMPORT_PLAN = Ref{Ptr{Cvoid}}(C_NULL)
+const SHARE = Ref{Ptr{Cvoid}}(C_NULL)
+const RELEASE_NOW = Ref{Ptr{Cvoid}}(C_NULL)
+const RELEASE_LATER = Ref{Ptr{Cvoid}}(C_NULL)
 
 "Loads the Python bridge (called by the Python extensions' `__init__`)."
 function load_python_bridge!()
     lock(PYTHON_SYMBOLS_LOCK) do
-        if PYTHON_BRIDGE[] == C_NULL
-            PYTHON_BRIDGE[] = Libdl.dlopen(python_library_path())
+        PYTHON_BRIDGE[] == C_NULL || return
+        library = Libdl.dlopen(python_library_path())
+        size_of = Libdl.dlsym(library, :rsdlpack_struct_size)
+        for (i, S) in enumerate(MIRRORED_STRUCTS)
+            expected = ccall(size_of, Csize_t, (UInt32,), i - 1)
+            expected == sizeof(S) || error("RsDLPack: the Python bridge at $(python_library_path()) ",
+                                           "has a $expected-byte $(nameof(S)), this package a $(sizeof(S))-byte one; ",
+                                           "rebuild it (`Pkg.build(\"RsDLPack\")`)")
         end
+        IMPORT_PLAN[] = Libdl.dlsym(library, :rsdlpack_py_import_plan)
+        SHARE[] = Libdl.dlsym(library, :rsdlpack_py_share)
+        RELEASE_NOW[] = Libdl.dlsym(library, :rsdlpack_imported_release)
+        RELEASE_LATER[] = Libdl.dlsym(library, :rsdlpack_imported_release_later)
+        PYTHON_BRIDGE[] = library
     end
     return nothing
 end
@@ -55,42 +138,92 @@ function bridge_error(code::Integer, message::Ptr{UInt8})
 end
 
 """
-    python_import(object_pointer, options) -> Ptr{Cvoid}
+    python_import_plan(object_pointer, options, plan_options) -> ArrayPlan
 
-`__dlpack__` negotiation on a borrowed `PyObject*`; returns an owned `DLManagedTensorVersioned*`.
+One call: `__dlpack__` negotiation on a borrowed `PyObject*`, validation and the layout plan
+for the array `plan_options` describes. The plan's `tensor` (views and copies) is an owned
+handle: give it to a `TensorOwner` at once.
 """
-function python_import(object::Ptr{Cvoid}, options::ImportOptions)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
+function python_import_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_options::PlanOptions)
+    IMPORT_PLAN[] == C_NULL && python_symbol(:rsdlpack_py_import_plan)  # throws: not loaded
+    result = Ref{ImportResult}()
     message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(python_symbol(:rsdlpack_py_import), Int32,
-                 (Ptr{Cvoid}, Ref{ImportOptions}, Ref{Ptr{Cvoid}}, Ref{Ptr{UInt8}}),
-                 object, options, out, message)
+    code = ccall(IMPORT_PLAN[], Int32,
+                 (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, Ref{ImportResult}, Ref{Ptr{UInt8}}),
+                 object, options, plan_options, result, message)
     code == 0 || throw(bridge_error(code, message[]))
-    return out[]
+    result[].released_roots == 0 || unroot_released!()
+    return result[].plan
 end
 
 """
-    python_export(tensor, stream=0) -> Ptr{Cvoid}
+    python_share(array_export) -> Ptr{Cvoid}
 
-Hands an owned `DLManagedTensorVersioned*` to the Python bridge (always: even on error) and
-returns a new reference to a Python object with `__dlpack__`. For device memory, `stream` is
-the CUDA stream its writes were enqueued on; consumers' streams are ordered after it.
+One call: describes the Julia array as a DLPack tensor rooted under `array_export.root_id` and
+returns a new reference to a Python object with `__dlpack__`. On error nothing refers to the
+root any more.
 """
-function python_export(tensor::Ptr{Cvoid}, stream::UInt=UInt(0))
-    out = Ref{Ptr{Cvoid}}(C_NULL)
+function python_share(array::ArrayExport)
+    SHARE[] == C_NULL && python_symbol(:rsdlpack_py_share)  # throws: not loaded
+    result = Ref{ShareResult}()
     message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(python_symbol(:rsdlpack_py_export_with_stream), Int32,
-                 (Ptr{Cvoid}, Csize_t, Ref{Ptr{Cvoid}}, Ref{Ptr{UInt8}}), tensor, stream, out, message)
+    code = ccall(SHARE[], Int32, (Ref{ArrayExport}, Ref{ShareResult}, Ref{Ptr{UInt8}}),
+                 array, result, message)
+    if code != 0
+        unroot_released!()
+        throw(bridge_error(code, message[]))
+    end
+    result[].released_roots == 0 || unroot_released!()
+    return result[].exporter
+end
+
+"""
+    TensorOwner(handle)
+
+Owns one imported tensor's handle. The handle is taken out atomically, so whichever of
+`release_now!` (explicit) and `release_later!` (the storage's finalizer) comes first releases
+the tensor and the other does nothing.
+"""
+mutable struct TensorOwner
+    @atomic handle::Ptr{Cvoid}
+end
+
+take_handle!(owner::TensorOwner) = @atomicswap owner.handle = C_NULL
+
+"Releases the tensor now: its producer's deleter runs at once on the thread that holds the GIL."
+function release_now!(owner::TensorOwner)
+    handle = take_handle!(owner)
+    handle == C_NULL || ccall(RELEASE_NOW[], Cvoid, (Ptr{Cvoid},), handle)
+    return nothing
+end
+
+"""
+For finalizers: only queues the release (no Python code, no lock, no task switch). The next
+RsDLPack call on the Python thread, or `flush_releases()`, runs the producer's deleter.
+"""
+function release_later!(owner::TensorOwner)
+    handle = take_handle!(owner)
+    handle == C_NULL || ccall(RELEASE_LATER[], Cvoid, (Ptr{Cvoid},), handle)
+    return nothing
+end
+
+"Copies the planned tensor into `A` (allocated with the plan's dims), then releases it."
+function copy_into!(A::DenseArray, handle::Ptr{Cvoid})
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = GC.@preserve A ccall(python_symbol(:rsdlpack_imported_copy_into), Int32,
+                                (Ptr{Cvoid}, Ptr{Cvoid}, Csize_t, Ref{Ptr{UInt8}}),
+                                handle, pointer(A), sizeof(A), message)
     code == 0 || throw(bridge_error(code, message[]))
-    return out[]
+    return A
 end
 
 """
     flush_releases() -> Int
 
-Runs the deleters of Python-produced tensors whose release happened on a thread without the
-GIL (a finalizer on another thread), and unroots Julia arrays whose exported tensors were
-released. Call it from the thread that runs Python. Returns how many Python releases ran.
+Runs the deleters of Python-produced tensors whose release was queued (garbage-collected
+arrays: finalizers only queue, and the next RsDLPack call on the Python thread drains the
+queue anyway), and unroots Julia arrays whose exported tensors were released. Call it from the
+thread that runs Python. Returns how many Python releases ran.
 """
 function flush_releases()
     unroot_released!()
@@ -98,6 +231,6 @@ function flush_releases()
     return Int(ccall(python_symbol(:rsdlpack_py_flush_releases), Csize_t, ()))
 end
 
-"How many Python-produced tensors wait for `flush_releases` (released off the GIL)."
+"How many released Python-produced tensors wait for their deleters (see `flush_releases`)."
 pending_releases() =
     PYTHON_BRIDGE[] == C_NULL ? 0 : Int(ccall(python_symbol(:rsdlpack_py_pending_releases), Csize_t, ()))

@@ -1,7 +1,8 @@
 # share: Julia arrays to Python consumers. The exported tensor roots the array in ROOTS until
 # the consumer's deleter runs; the deleter may run on any thread, so it only queues the root id
-# (in Rust) and `unroot_released!` — called by every RsDLPack entry point and by
-# `flush_releases` — drops the roots here, on a Julia thread.
+# (in Rust, bridges/python/src/roots.rs). Every answer from the bridge says how many ids wait,
+# and `unroot_released!` — run then, and by `flush_releases` — drops the roots here, on a
+# Julia thread.
 
 const ROOTS = Dict{UInt64,Any}()
 const ROOTS_LOCK = ReentrantLock()
@@ -14,10 +15,18 @@ function root!(A)
 end
 
 function unroot_released!()
-    while (id = Native.next_released_root()) != 0
-        lock(() -> delete!(ROOTS, id), ROOTS_LOCK)
+    PYTHON_BRIDGE[] == C_NULL && return nothing
+    batch = Vector{UInt64}(undef, 64)
+    while true
+        n = Int(ccall(python_symbol(:rsdlpack_py_take_released_roots), Csize_t,
+                      (Ptr{UInt64}, Csize_t), batch, length(batch)))
+        lock(ROOTS_LOCK) do
+            for id in view(batch, 1:n)
+                delete!(ROOTS, id)
+            end
+        end
+        n < length(batch) && return nothing
     end
-    return nothing
 end
 
 "How many Julia arrays are held because a consumer still uses them (for tests and debugging)."
@@ -63,7 +72,6 @@ type; `call(consumer, exporter)` calls the consumer without converting its resul
 `consumer` is that type itself, the exporter is returned).
 """
 function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=:producer)
-    unroot_released!()
     readonly = A isa ReadOnlyArray
     B = readonly ? parent(A) : A
     is_strided(B) || throw(DLPackError(:buffer,
@@ -72,15 +80,13 @@ function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=
     # Everything that can throw is checked before the array is rooted.
     code = element_code(eltype(B))
     order_code = index_order_code(order)
-    dims = collect(Int, size(B))
-    steps = collect(Int, strides(B))
+    dims = collect(Int64, size(B))
+    steps = collect(Int64, strides(B))
     device_type, device_id = array_device(B)
     id = root!(B)
-    tensor = GC.@preserve B dims steps rethrowing_native() do
-        Native.export_array(array_address(B), code, Int64(ndims(B)), UInt(pointer(dims)),
-                            UInt(pointer(steps)), order_code, readonly,
-                            UInt32(device_type), Int32(device_id), id)
-    end
-    exporter = to_python(python_export(Ptr{Cvoid}(tensor), producer_stream(B)))
-    return consumer isa Type ? exporter : call(consumer, exporter)
+    exporter = GC.@preserve B dims steps python_share(ArrayExport(
+        array_address(B), pointer(dims), pointer(steps), ndims(B), id, producer_stream(B),
+        code, order_code, device_type, device_id, readonly, 0))
+    object = to_python(exporter)
+    return consumer isa Type ? object : call(consumer, object)
 end

@@ -26,7 +26,7 @@ import Preferences
 import Scratch
 import TOML
 
-export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray
+export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray, DLPackRaw
 
 include("../julia/errors.jl")
 include("../julia/build_paths.jl")

@@ -5,7 +5,7 @@
 #
 #     julia --project=ENV test/cuda.jl
 
-using Test: @test, @testset, @test_skip
+using Test: @test, @testset, @test_skip, @inferred
 using CUDA: CUDA, CuArray, CuStream
 using PythonCall: PyException, pyconvert, pyimport, pylist
 using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError
@@ -43,6 +43,17 @@ else
             CUDA.synchronize()
             @test pyconvert(Float64, t[0, 1].item()) == 42
             RsDLPack.unsafe_free!(A)
+        end
+        @testset "typed CuArray forms" begin
+            t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)
+            R = @inferred from_dlpack(CuArray{Float32,2}, t; order=:reversed)
+            @test size(R) == (3, 2) && reinterpret(UInt, pointer(R)) == pyconvert(UInt, t.data_ptr())
+            # Row-major in the producer's order would need a copy, which is host-only: refused.
+            err = try from_dlpack(CuArray{Float32,2}, t); nothing catch e; e end
+            @test err isa DLPackError && occursin("copies on the host only", err.message)
+            err = try from_dlpack(CuArray{Float64,2}, t); nothing catch e; e end
+            @test err isa DLPackError && occursin("not the requested Float64", err.message)
+            RsDLPack.unsafe_free!(R)
         end
         @testset "share a CuArray with torch" begin
             M = CuArray(Float32.(reshape(1:6, 2, 3)))

@@ -94,3 +94,14 @@ def torch_from_dlpack(x):
 
 def dlpack_device(x):
     return list(x.__dlpack_device__())
+
+
+def dtype_name(x):
+    return str(x.dtype)
+
+
+def raw_bytes(x):
+    """The elements' bytes, in index order (for dtypes Julia has no type for, like fp8)."""
+    import numpy as np
+
+    return list(np.asarray(x).view(np.uint8).reshape(-1).tobytes())

@@ -10,7 +10,8 @@
 # Names, not whole modules: fatou (CI's Julia linter) cannot see what a whole-module `using`
 # of a package it has not indexed brings in, and then checks nothing in the file.
 using Test: @test, @testset, @test_throws, @test_skip
-using RsDLPack: RsDLPack, from_dlpack, share, flush_releases, DLPackError, ReadOnlyArray
+using Test: @inferred
+using RsDLPack: RsDLPack, from_dlpack, share, flush_releases, DLPackError, ReadOnlyArray, DLPackRaw
 
 const TEST_PYTHON = get(ENV, "RSDLPACK_TEST_PYTHON", nothing)
 if TEST_PYTHON !== nothing
@@ -30,6 +31,27 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
         @test RsDLPack.element_code(UInt16) == 6
         err = try RsDLPack.element_code(String); nothing catch e; e end
         @test err isa DLPackError && err.kind == :buffer && occursin("String", err.message)
+        # fp8 e4m3fn (DLPack code 10): its own element type, and its code back for `share`.
+        @test RsDLPack.element_type(0x10000 + 10 * 256 + 8) === DLPackRaw{10,8}
+        @test RsDLPack.element_code(DLPackRaw{10,8}) == 0x10000 + 10 * 256 + 8
+        @test sizeof(DLPackRaw{10,8}) == 1 && isbitstype(DLPackRaw{10,8})
+    end
+    @testset "C struct mirrors" begin
+        # The same sizes the Python bridge reports (checked again when it loads).
+        @test sizeof(RsDLPack.ImportOptions) == 32
+        @test sizeof(RsDLPack.PlanOptions) == 40
+        @test sizeof(RsDLPack.ArrayPlan) == 1576
+        @test sizeof(RsDLPack.ImportResult) == 1584
+        @test sizeof(RsDLPack.ArrayExport) == 72
+        @test sizeof(RsDLPack.ShareResult) == 16
+    end
+    @testset "a tensor owner gives its handle up once" begin
+        owner = RsDLPack.TensorOwner(Ptr{Cvoid}(UInt(0x1234)))
+        @test RsDLPack.take_handle!(owner) == Ptr{Cvoid}(UInt(0x1234))
+        @test RsDLPack.take_handle!(owner) == C_NULL
+        RsDLPack.release_now!(owner)    # nothing left to release: no call into the bridge
+        RsDLPack.release_later!(owner)
+        @test RsDLPack.take_handle!(owner) == C_NULL
     end
     @testset "codes and messages" begin
         @test RsDLPack.index_order_code(:producer) == 0x00
@@ -54,7 +76,7 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
     end
     @testset "the native library loads" begin
         @test isfile(RsDLPack.native_library_path())
-        @test RsDLPack.Native.next_released_root() == 0
+        @test isdefined(RsDLPack.Native, :stream_context)
     end
 end
 
@@ -179,6 +201,34 @@ const LAYOUTS = [("0-d", "np.array(3.5)"),
         @test_throws ArgumentError RsDLPack.unsafe_free!(C)
     end
 
+    @testset "typed forms have one concrete result type" begin
+        a = make("np.arange(12, dtype=np.float32).reshape(3, 4)")
+        R = @inferred from_dlpack(Array{Float32,2}, a; order=:reversed)
+        @test R isa Matrix{Float32} && size(R) == (4, 3) && UInt(pointer(R)) == address(a)
+        @test permutedims(R) == expected(a, Float32)
+        P = @inferred from_dlpack(Array{Float32,2}, a)  # row-major in the producer's order: a copy
+        @test P == expected(a, Float32) && UInt(pointer(P)) != address(a)
+        f = make("np.asfortranarray(np.arange(24.0).reshape(2, 3, 4))")
+        F = @inferred from_dlpack(Array{Float64,3}, f)
+        @test F == expected(f, Float64) && UInt(pointer(F)) == address(f)
+        s = make("np.arange(20.0)[::2]")
+        S = @inferred from_dlpack(Vector{Float64}, s)  # stepped: a copy, still a Vector
+        @test S == expected(s, Float64)
+        E = @inferred from_dlpack(Array{Float32,2}, make("np.zeros((0, 3), dtype=np.float32)"))
+        @test size(E) == (0, 3)
+        err = try from_dlpack(Array{Float64,2}, a); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("Float32, not the requested Float64", err.message)
+        err = try from_dlpack(Array{Float32,3}, a); nothing catch e; e end
+        @test err isa DLPackError && occursin("2 dimensions, not the requested 3", err.message)
+        err = try from_dlpack(Array{Float32,2}, a; copy=false); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("dense array", err.message)
+        @test_throws ArgumentError from_dlpack(Array{Float32,2}, a; readonly=true)
+        ro = py("read_only", make("np.arange(4.0)"))
+        RO = @inferred from_dlpack(ReadOnlyArray{Float64,1}, ro)
+        @test RO isa ReadOnlyArray{Float64,1,Vector{Float64}} && RO == [0.0, 1.0, 2.0, 3.0]
+        @test UInt(pointer(parent(RO))) == address(ro)
+    end
+
     @testset "read-only tensors" begin
         a = py("read_only", make("np.arange(4.0)"))
         err = try from_dlpack(a); nothing catch e; e end
@@ -292,6 +342,14 @@ if jl(Bool, "has", "jax")
         b = from_dlpack(make("jnp.arange(4, dtype=jnp.bfloat16)"))
         @test eltype(b) === RsDLPack.BFLOAT16
         @test reinterpret(UInt16, collect(b))[2] == 0x3f80  # bfloat16(1.0)
+        # fp8 has no Julia type: it arrives as DLPackRaw bytes and leaves as fp8 again.
+        f8 = make("jnp.asarray([0.5, 1.0, -2.0, 448.0], dtype=jnp.float8_e4m3fn)")
+        F8 = from_dlpack(f8)
+        @test F8 isa Vector{DLPackRaw{10,8}} && UInt(pointer(F8)) == address(f8)
+        @test reinterpret(UInt8, F8) == jl(Vector{UInt8}, "raw_bytes", f8)
+        back = share(F8, fn("jax_from_dlpack"))
+        @test jl(String, "dtype_name", back) == "float8_e4m3fn"
+        @test jl(Vector{UInt8}, "raw_bytes", back) == reinterpret(UInt8, F8)
         M = zeros(Float32, 64, 64)  # large enough for Julia's 64-byte alignment
         M[3, 5] = 1
         j = share(M, fn("jax_from_dlpack"))

@@ -61,6 +61,102 @@ class StreamDescription(ctypes.Structure):
     ]
 
 
+MAX_NDIM = 32
+DIMS = ctypes.c_int64 * MAX_NDIM
+
+
+class ArrayPlan(ctypes.Structure):
+    """Mirror of rsdlpack::layout::ArrayPlan."""
+    _fields_ = [
+        ("tensor", ctypes.c_void_p),
+        ("parent_address", ctypes.c_size_t),
+        ("ndims", ctypes.c_int64),
+        ("dims", DIMS),
+        ("parent_dims", DIMS),
+        ("starts", DIMS),
+        ("steps", DIMS),
+        ("lengths", DIMS),
+        ("permutation", DIMS),
+        ("element_code", ctypes.c_uint32),
+        ("device_type", ctypes.c_uint32),
+        ("device_id", ctypes.c_int32),
+        ("kind", ctypes.c_uint8),
+        ("read_only", ctypes.c_uint8),
+        ("needs_view", ctypes.c_uint8),
+        ("needs_permutation", ctypes.c_uint8),
+    ]
+
+    def dims_(self):
+        return [self.dims[k] for k in range(self.ndims)]
+
+    def parent_dims_(self):
+        return [self.parent_dims[k] for k in range(self.ndims)]
+
+    def permutation_(self):
+        return [self.permutation[k] for k in range(self.ndims)]
+
+    def ranges_(self):
+        return [(self.starts[k], self.steps[k], self.lengths[k]) for k in range(self.ndims)]
+
+
+PLAN_VIEW, PLAN_EMPTY, PLAN_COPY = 0, 1, 2
+
+
+class PlanOptions(ctypes.Structure):
+    """Mirror of RsdlPlanOptions (bridges/python/src/arrays.rs)."""
+    _fields_ = [
+        ("element_code", ctypes.c_int64),
+        ("ndims", ctypes.c_int64),
+        ("target", ctypes.c_uint32),
+        ("order", ctypes.c_uint32),
+        ("copy", ctypes.c_int32),
+        ("readonly", ctypes.c_uint32),
+        ("dense", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+    @classmethod
+    def of(cls, element_code=-1, ndims=-1, target=0, order=0, copy=-1, readonly=0, dense=0):
+        return cls(element_code, ndims, target, order, copy, readonly, dense, 0)
+
+
+class ImportResult(ctypes.Structure):
+    _fields_ = [("plan", ArrayPlan), ("released_roots", ctypes.c_uint64)]
+
+
+class ArrayExport(ctypes.Structure):
+    """Mirror of RsdlArrayExport: a "Julia array" to share."""
+    _fields_ = [
+        ("address", ctypes.c_size_t),
+        ("dims", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("ndims", ctypes.c_int64),
+        ("root_id", ctypes.c_uint64),
+        ("stream", ctypes.c_size_t),
+        ("element_code", ctypes.c_uint32),
+        ("order", ctypes.c_uint32),
+        ("device_type", ctypes.c_uint32),
+        ("device_id", ctypes.c_int32),
+        ("read_only", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class ShareResult(ctypes.Structure):
+    _fields_ = [("exporter", ctypes.py_object), ("released_roots", ctypes.c_uint64)]
+
+
+# rsdlpack::ElementType::code: the named types, then raw-byte elements (fp8/fp6/fp4).
+ELEMENT_CODES = {name: i for i, name in enumerate(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "bfloat16", "float32", "float64", "complex64", "complex128"])}
+RAW_CODE_BASE = 0x10000
+
+
+def raw_element_code(dlpack_code, bits):
+    return RAW_CODE_BASE + (dlpack_code << 8) + bits
+
+
 class Bridge:
     """Thin typed wrappers over the entry points; errors become (code, message)."""
 
@@ -84,6 +180,18 @@ class Bridge:
         lib.rsdlpack_cuda_describe_stream.restype = ctypes.c_int32
         lib.rsdlpack_cuda_order_streams.argtypes = [ctypes.c_int32, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_cuda_order_streams.restype = ctypes.c_int32
+        lib.rsdlpack_py_import_plan.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(PlanOptions), ctypes.POINTER(ImportResult), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_import_plan.restype = ctypes.c_int32
+        lib.rsdlpack_imported_copy_into.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_imported_copy_into.restype = ctypes.c_int32
+        lib.rsdlpack_imported_release.argtypes = [ctypes.c_void_p]
+        lib.rsdlpack_imported_release.restype = None
+        lib.rsdlpack_imported_release_later.argtypes = [ctypes.c_void_p]
+        lib.rsdlpack_imported_release_later.restype = None
+        lib.rsdlpack_py_share.argtypes = [ctypes.POINTER(ArrayExport), ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_share.restype = ctypes.c_int32
+        lib.rsdlpack_py_take_released_roots.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        lib.rsdlpack_py_take_released_roots.restype = ctypes.c_size_t
 
     def _message(self, pointer):
         text = ctypes.string_at(pointer.value).decode()
@@ -111,6 +219,55 @@ class Bridge:
         ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
         ctypes.pythonapi.Py_DecRef(exporter)
         return exporter, None
+
+    def import_plan(self, obj, plan_options=None, options=None):
+        """(ImportResult, None) or (None, (code, message))."""
+        out = ImportResult()
+        error = ctypes.c_void_p()
+        opts = ctypes.byref(options) if options is not None else None
+        plan_options = plan_options if plan_options is not None else PlanOptions.of()
+        code = self.lib.rsdlpack_py_import_plan(obj, opts, ctypes.byref(plan_options), ctypes.byref(out), ctypes.byref(error))
+        if code != 0:
+            return None, (code, self._message(error))
+        return out, None
+
+    def copy_into(self, handle, buffer):
+        """Copies into a ctypes buffer and releases the handle; None or (code, message)."""
+        error = ctypes.c_void_p()
+        code = self.lib.rsdlpack_imported_copy_into(handle, ctypes.cast(buffer, ctypes.c_void_p), ctypes.sizeof(buffer), ctypes.byref(error))
+        return None if code == 0 else (code, self._message(error))
+
+    def release_handle(self, handle):
+        self.lib.rsdlpack_imported_release(handle)
+
+    def release_later(self, handle):
+        self.lib.rsdlpack_imported_release_later(handle)
+
+    def share(self, address, dims, strides, element_code, root_id, order=0, read_only=0, device=(1, 0), stream=0):
+        """Shares memory described Julia-style; (exporter, released_roots) or (None, (code, message))."""
+        n = len(dims)
+        dims_c = (ctypes.c_int64 * max(n, 1))(*dims)
+        strides_c = (ctypes.c_int64 * max(n, 1))(*strides)
+        array = ArrayExport(address, dims_c, strides_c, n, root_id, stream, element_code, order, device[0], device[1], read_only, 0)
+        out = ShareResult()
+        error = ctypes.c_void_p()
+        code = self.lib.rsdlpack_py_share(ctypes.byref(array), ctypes.byref(out), ctypes.byref(error))
+        if code != 0:
+            return None, (code, self._message(error))
+        # A new reference, as in export(): take it over.
+        exporter = out.exporter
+        ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
+        ctypes.pythonapi.Py_DecRef(exporter)
+        return (exporter, out.released_roots), None
+
+    def take_released_roots(self):
+        taken = []
+        batch = (ctypes.c_uint64 * 4)()
+        while True:
+            n = self.lib.rsdlpack_py_take_released_roots(batch, 4)
+            taken.extend(batch[:n])
+            if n < 4:
+                return taken
 
     def release(self, tensor):
         self.lib.rsdlpack_tensor_release(tensor)

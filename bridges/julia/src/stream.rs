@@ -9,7 +9,7 @@
 //! the type at run time, fields are filled by name, and every value is checked against its
 //! field's type before the object is built.
 
-use crate::imported::{core_error, error};
+use crate::errors::{core_error, error};
 use jlrs::data::managed::value::ValueRet;
 use jlrs::prelude::*;
 use jlrs::weak_handle;

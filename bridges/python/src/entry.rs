@@ -34,7 +34,7 @@ pub struct RsdlImportOptions {
 }
 
 impl RsdlImportOptions {
-    fn parse(&self) -> BridgeResult<ImportRequest> {
+    pub(crate) fn parse(&self) -> BridgeResult<ImportRequest> {
         let stream = if self.has_stream != 0 {
             StreamRequest::from_value(self.stream)?
         } else {
@@ -66,12 +66,12 @@ impl RsdlImportOptions {
 
 /// Where an entry point writes its error message: a `char**` the caller lent, or nowhere.
 #[derive(Clone, Copy)]
-struct ErrorOut(*mut *mut c_char);
+pub(crate) struct ErrorOut(*mut *mut c_char);
 
 impl ErrorOut {
     /// # Safety
     /// `pointer` must be null or writable for the rest of the entry point's call.
-    unsafe fn new(pointer: *mut *mut c_char) -> Self {
+    pub(crate) unsafe fn new(pointer: *mut *mut c_char) -> Self {
         Self(pointer)
     }
 
@@ -86,7 +86,7 @@ impl ErrorOut {
 }
 
 /// Runs `body`, catching panics; returns 0 or an [`ErrorCode`] with its message written.
-fn trampoline(error_out: ErrorOut, body: impl FnOnce() -> BridgeResult<()>) -> i32 {
+pub(crate) fn trampoline(error_out: ErrorOut, body: impl FnOnce() -> BridgeResult<()>) -> i32 {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => 0,
         Ok(Err(error)) => {
@@ -107,7 +107,7 @@ fn trampoline(error_out: ErrorOut, body: impl FnOnce() -> BridgeResult<()>) -> i
     }
 }
 
-fn with_python<T>(body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>) -> BridgeResult<T> {
+pub(crate) fn with_python<T>(body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>) -> BridgeResult<T> {
     Python::try_attach(|py| {
         release::drain(py);
         body(py)

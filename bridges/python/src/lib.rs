@@ -4,7 +4,10 @@
 //! - [`exporter`]: a Python object with `__dlpack__` over a tensor Rust owns;
 //! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
 //! - [`release`]: Python producers' deleters run only under the GIL (deferred otherwise);
-//! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call.
+//! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call;
+//! - [`arrays`]: the one-crossing entry points behind Julia's `from_dlpack` and `share`
+//!   (import + validate + plan in one call; copy; release now or later), with [`roots`]
+//!   keeping shared Julia arrays alive until their consumers release them.
 //!
 //! The bridge speaks to the rest of RsDLPack in DLPack itself: it hands out and takes
 //! `DLManagedTensorVersioned*`, so the Julia bridge never links Python. Built with
@@ -12,6 +15,7 @@
 //! Python symbols resolve from the process that loads it, and abi3 makes one build serve every
 //! CPython ≥ 3.10.
 
+pub mod arrays;
 pub mod call;
 pub mod capsule;
 pub mod entry;
@@ -20,6 +24,7 @@ pub mod exporter;
 pub mod import;
 pub mod release;
 pub mod request;
+pub mod roots;
 
 pub use error::{BridgeError, BridgeResult, ErrorCode};
 pub use exporter::Exporter;

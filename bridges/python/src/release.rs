@@ -56,16 +56,30 @@ impl PythonProduced {
 
 impl Drop for PythonProduced {
     fn drop(&mut self) {
-        let Some(tensor) = self.0.take() else { return };
-        if this_thread_holds_the_gil() {
-            drop(tensor);
-        } else {
-            // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
-            let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-            pending.push(tensor);
-            MAYBE_PENDING.store(true, Ordering::Release);
+        if let Some(tensor) = self.0.take() {
+            release_here_or_defer(tensor);
         }
     }
+}
+
+/// Releases `tensor` now when this thread holds the GIL (an explicit release, not a finalizer),
+/// else queues it like [`defer`].
+pub fn release_here_or_defer(tensor: ManagedTensor) {
+    if this_thread_holds_the_gil() {
+        drop(tensor);
+    } else {
+        defer(tensor);
+    }
+}
+
+/// Queues `tensor` for the next bridge call that holds the GIL (or [`drain`]): never runs
+/// Python code and never waits for the GIL, so a garbage collector's finalizer may call it on
+/// any thread, including the one that holds the GIL.
+pub fn defer(tensor: ManagedTensor) {
+    // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
+    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    pending.push(tensor);
+    MAYBE_PENDING.store(true, Ordering::Release);
 }
 
 /// Releases every queued tensor. Call with the GIL held (a `Python` token proves it).

@@ -1,0 +1,431 @@
+//! The one-crossing entry points behind Julia's `from_dlpack` and `share`: one call imports,
+//! validates once and plans (or exports and wraps), and answers with everything the caller
+//! needs in one struct.
+//!
+//! An imported tensor that the caller wraps (a view) or copies comes with an owned handle. It
+//! is released exactly once, by one of:
+//! - [`rsdlpack_imported_copy_into`] (copies, then releases);
+//! - [`rsdlpack_imported_release`] (an explicit release: the deleter runs now when this thread
+//!   holds the GIL);
+//! - [`rsdlpack_imported_release_later`] (for garbage-collector finalizers: it only queues, so
+//!   no Python code ever runs inside a finalizer; the next call into this library holding the
+//!   GIL, or `rsdlpack_py_flush_releases`, runs the deleter).
+//!
+//! The caller guarantees "exactly once" (Julia swaps the handle out of its owner atomically);
+//! each function consumes the handle.
+
+use crate::entry::{ErrorOut, RsdlImportOptions, trampoline, with_python};
+use crate::error::{BridgeError, BridgeResult};
+use crate::exporter::Exporter;
+use crate::import::import;
+use crate::release;
+use crate::roots::{self, JuliaRoot};
+use pyo3::prelude::*;
+use pyo3::{Bound, PyAny, ffi};
+use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLPackVersion};
+use rsdlpack::export::export_versioned;
+use rsdlpack::layout::{
+    Access, ArrayPlan, ArrayRequest, CopyPolicy, IndexOrder, LayoutPlan, Target, plan_for,
+};
+use rsdlpack::{Device, ElementType, ExportSpec, ImportedTensor};
+use std::ffi::c_char;
+
+/// What the caller wants the tensor to become (see `rsdlpack::layout::ArrayRequest`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlPlanOptions {
+    /// -1: any element type; else the `ElementType::code` the caller names.
+    pub element_code: i64,
+    /// -1: any rank; else the rank the caller names.
+    pub ndims: i64,
+    /// 0: a host array; 1: a CUDA array.
+    pub target: u32,
+    /// 0: the producer's index order; 1: reversed.
+    pub order: u32,
+    /// -1: copy when needed (`copy=nothing`); 0: never; 1: always.
+    pub copy: i32,
+    /// 1: a view of read-only memory is acceptable (the caller wraps it read-only).
+    pub readonly: u32,
+    /// 1: only a plain dense array will do (the typed forms); other layouts are copied.
+    pub dense: u32,
+    pub reserved: u32,
+}
+
+impl RsdlPlanOptions {
+    fn parse(&self) -> BridgeResult<ArrayRequest> {
+        let bad = |what: &str, value: i64| {
+            BridgeError::Argument(format!("plan options: {what} cannot be {value}"))
+        };
+        let target = match self.target {
+            0 => Target::HostArray,
+            1 => Target::CudaArray,
+            other => return Err(bad("target (0 host, 1 CUDA)", other.into())),
+        };
+        let order = match self.order {
+            0 => IndexOrder::Producer,
+            1 => IndexOrder::Reversed,
+            other => return Err(bad("order (0 producer, 1 reversed)", other.into())),
+        };
+        let policy = match self.copy {
+            -1 => CopyPolicy::IfNeeded,
+            0 => CopyPolicy::Never,
+            1 => CopyPolicy::Always,
+            other => return Err(bad("copy (-1, 0 or 1)", other.into())),
+        };
+        let element = match self.element_code {
+            -1 => None,
+            code => Some(
+                u32::try_from(code)
+                    .ok()
+                    .and_then(ElementType::from_code)
+                    .ok_or_else(|| bad("element_code", code))?,
+            ),
+        };
+        let ndim = match self.ndims {
+            -1 => None,
+            n => Some(usize::try_from(n).map_err(|_| bad("ndims", n))?),
+        };
+        Ok(ArrayRequest {
+            target,
+            order,
+            policy,
+            access: if self.readonly != 0 {
+                Access::ReadOnly
+            } else {
+                Access::Writable
+            },
+            dense: self.dense != 0,
+            element,
+            ndim,
+        })
+    }
+}
+
+/// The answer of [`rsdlpack_py_import_plan`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlImportResult {
+    pub plan: ArrayPlan,
+    /// How many Julia arrays that `share` exported were released since the caller last took
+    /// them (`rsdlpack_py_take_released_roots`); 0 means there is nothing to take.
+    pub released_roots: u64,
+}
+
+/// An imported tensor the caller holds through a handle: its producer's memory and the index
+/// order it was planned in (which a copy needs).
+struct Held {
+    tensor: ImportedTensor,
+    order: IndexOrder,
+}
+
+impl Held {
+    /// # Safety
+    /// `handle` must come from [`rsdlpack_py_import_plan`] and not have been consumed.
+    unsafe fn take(handle: *mut std::ffi::c_void) -> Option<Box<Self>> {
+        // SAFETY: the caller's contract: an unconsumed handle made by `Box::into_raw`.
+        (!handle.is_null()).then(|| unsafe { Box::from_raw(handle.cast::<Self>()) })
+    }
+}
+
+/// Imports `object` (anything with `__dlpack__`, or a capsule), validates it once and plans the
+/// array `plan_options` describes, all in one call, and writes the whole answer to `*out`.
+///
+/// When `out->plan.kind` is 0 (a view) or 2 (a copy), `out->plan.tensor` is an owned handle
+/// for the release functions of this module; for 1 (empty) it is null and nothing is held. On
+/// error nothing is held either (the producer's deleter has run). `import_options` may be
+/// null (no stream, device or copy request to the producer).
+///
+/// # Safety
+/// `object` must be a live `PyObject*`; `plan_options` readable; `out` writable; `error_out`
+/// null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_import_plan(
+    object: *mut ffi::PyObject,
+    import_options: *const RsdlImportOptions,
+    plan_options: *const RsdlPlanOptions,
+    out: *mut RsdlImportResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
+    trampoline(error_out, || {
+        if object.is_null() || plan_options.is_null() || out.is_null() {
+            return Err(BridgeError::Argument(
+                "rsdlpack_py_import_plan: object, plan_options and out must not be null".into(),
+            ));
+        }
+        // SAFETY: `plan_options` is readable (checked non-null; caller's contract).
+        let request = unsafe { *plan_options }.parse()?;
+        // SAFETY: `import_options` is null or readable (caller's contract).
+        let import_request = unsafe { import_options.as_ref() }
+            .copied()
+            .unwrap_or(RsdlImportOptions {
+                copy: -1,
+                ..Default::default()
+            })
+            .parse()?;
+        let plan = with_python(|py| {
+            // SAFETY: `object` is a live object the caller lends us for the call.
+            let object: Bound<'_, PyAny> = unsafe { Bound::from_borrowed_ptr(py, object) };
+            let tensor = import(&object, &import_request)?;
+            // On error `tensor` drops here, under the GIL: its deleter runs now.
+            let decided = plan_for(tensor.descriptor(), &request)?;
+            let mut plan = ArrayPlan::new(tensor.descriptor(), &decided);
+            if !matches!(decided, LayoutPlan::Empty { .. }) {
+                let held = Box::new(Held {
+                    tensor,
+                    order: request.order,
+                });
+                plan.tensor = Box::into_raw(held).cast();
+            }
+            Ok(plan)
+        })?;
+        let result = RsdlImportResult {
+            plan,
+            released_roots: roots::released_count() as u64,
+        };
+        // SAFETY: `out` is writable (checked non-null; caller's contract).
+        unsafe { out.write(result) };
+        Ok(())
+    })
+}
+
+/// Copies the tensor behind `handle` into `bytes` bytes at `address` (a column-major array of
+/// the plan's dims and element type, which the caller allocated), then releases the tensor,
+/// even on error. The handle is consumed.
+///
+/// # Safety
+/// `handle` must be an unconsumed handle from [`rsdlpack_py_import_plan`]; `address` writable
+/// for `bytes` bytes (not overlapping the tensor); `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_copy_into(
+    handle: *mut std::ffi::c_void,
+    address: *mut u8,
+    bytes: usize,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
+    trampoline(error_out, || {
+        // SAFETY: an unconsumed handle (this entry point's contract); consumed here.
+        let held = unsafe { Held::take(handle) }.ok_or_else(|| {
+            BridgeError::Argument("rsdlpack_imported_copy_into: the handle is null".into())
+        })?;
+        let Held { tensor, order } = *held;
+        let copied = if address.is_null() && bytes != 0 {
+            Err(BridgeError::Argument(
+                "rsdlpack_imported_copy_into: the destination is null".into(),
+            ))
+        } else {
+            let destination: &mut [u8] = if bytes == 0 {
+                &mut []
+            } else {
+                // SAFETY: writable for `bytes` bytes and disjoint from the tensor (contract).
+                unsafe { std::slice::from_raw_parts_mut(address, bytes) }
+            };
+            // SAFETY: `tensor` owns its memory until released below; copy_into refuses memory
+            // the host cannot read, and nothing writes through a DLPack import during a copy.
+            unsafe { rsdlpack::copy::copy_into(tensor.descriptor(), order, destination) }
+                .map_err(BridgeError::from)
+        };
+        release::release_here_or_defer(tensor.into_managed());
+        copied
+    })
+}
+
+/// Releases the tensor behind `handle` now: its producer's deleter runs at once when this
+/// thread holds the GIL, else at the next call that does. Null is ignored. For explicit
+/// releases (`unsafe_free!`, error paths), not for finalizers.
+///
+/// # Safety
+/// `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_release(handle: *mut std::ffi::c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: null or an unconsumed handle (this entry point's contract); consumed here.
+        if let Some(held) = unsafe { Held::take(handle) } {
+            release::release_here_or_defer(held.tensor.into_managed());
+        }
+    });
+}
+
+/// Queues the tensor behind `handle` for release: runs no Python code and does not wait for
+/// the GIL, so a finalizer may call it on any thread. The next call into this library that
+/// holds the GIL (or `rsdlpack_py_flush_releases`) runs the producer's deleter. Null is ignored.
+///
+/// # Safety
+/// `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_release_later(handle: *mut std::ffi::c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: null or an unconsumed handle (this entry point's contract); consumed here.
+        if let Some(held) = unsafe { Held::take(handle) } {
+            release::defer(held.tensor.into_managed());
+        }
+    });
+}
+
+/// A Julia array to share, as `size` and `strides` describe it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlArrayExport {
+    /// Address of the array's first element.
+    pub address: usize,
+    /// `ndims` dims and strides (in elements), Julia's `size` and `strides`.
+    pub dims: *const i64,
+    pub strides: *const i64,
+    pub ndims: i64,
+    /// The id under which Julia roots the array until the consumer releases it.
+    pub root_id: u64,
+    /// For device memory: the CUDA stream its writes were enqueued on (0: none known).
+    pub stream: usize,
+    /// `ElementType::code` of the array's element type.
+    pub element_code: u32,
+    /// 0: keep Julia's index order; 1: hand out the reversed dims.
+    pub order: u32,
+    pub device_type: u32,
+    pub device_id: i32,
+    /// 1: exported with DLPack's READ_ONLY flag.
+    pub read_only: u32,
+    pub reserved: u32,
+}
+
+/// The answer of [`rsdlpack_py_share`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlShareResult {
+    /// A new reference to an object with `__dlpack__` over the array.
+    pub exporter: *mut ffi::PyObject,
+    /// As in [`RsdlImportResult`].
+    pub released_roots: u64,
+}
+
+/// Describes a Julia array as a DLPack tensor owned by root `root_id` and wraps it in a new
+/// exporter object, in one call. On error nothing refers to the root (Julia unroots it when it
+/// next takes the released roots).
+///
+/// # Safety
+/// `array` readable, its `dims`/`strides` readable for `ndims` entries when `ndims > 0`; the
+/// array's memory must stay valid until root `root_id` is released; `out` writable;
+/// `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_share(
+    array: *const RsdlArrayExport,
+    out: *mut RsdlShareResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
+    trampoline(error_out, || {
+        if array.is_null() || out.is_null() {
+            return Err(BridgeError::Argument(
+                "rsdlpack_py_share: array and out must not be null".into(),
+            ));
+        }
+        // SAFETY: readable (checked non-null; caller's contract).
+        let array = unsafe { *array };
+        let root = JuliaRoot(array.root_id);
+        // SAFETY: forwarded from this entry point's contract.
+        let spec = unsafe { spec_of(&array) }?;
+        let managed = export_versioned(&spec, root, DLPackVersion::CURRENT.minor)?;
+        let owned = ImportedTensor::new(rsdlpack::ManagedTensor::Versioned(managed))?;
+        let stream = (array.stream != 0).then_some(array.stream);
+        let exporter = with_python(|py| {
+            Py::new(py, Exporter::new(owned, stream))
+                .map_err(|e| BridgeError::producer("creating the exporter", e))
+        })?;
+        let result = RsdlShareResult {
+            exporter: exporter.into_ptr(),
+            released_roots: roots::released_count() as u64,
+        };
+        // SAFETY: `out` is writable (checked non-null; caller's contract).
+        unsafe { out.write(result) };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// As [`rsdlpack_py_share`]'s contract for `array`.
+unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<ExportSpec> {
+    let element = ElementType::from_code(array.element_code).ok_or_else(|| {
+        BridgeError::Argument(format!("unknown element code {}", array.element_code))
+    })?;
+    let ndims = usize::try_from(array.ndims).map_err(|_| {
+        BridgeError::Argument(format!("ndims must be non-negative, got {}", array.ndims))
+    })?;
+    if ndims > rsdlpack::descriptor::MAX_NDIM {
+        return Err(BridgeError::Buffer(format!(
+            "a {ndims}-dimensional array has no DLPack export here (at most {} dims)",
+            rsdlpack::descriptor::MAX_NDIM
+        )));
+    }
+    if ndims > 0 && (array.dims.is_null() || array.strides.is_null()) {
+        return Err(BridgeError::Argument(
+            "rsdlpack_py_share: dims and strides must not be null".into(),
+        ));
+    }
+    let read = |at: *const i64| -> &[i64] {
+        if ndims == 0 {
+            &[]
+        } else {
+            // SAFETY: readable for `ndims` entries during the call (this function's contract).
+            unsafe { std::slice::from_raw_parts(at, ndims) }
+        }
+    };
+    let dims: rsdlpack::DimVec<usize> = read(array.dims)
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| BridgeError::Argument("rsdlpack_py_share: a dim is negative".into()))?;
+    let strides: rsdlpack::DimVec<isize> = read(array.strides).iter().map(|&s| s as isize).collect();
+    let order = match array.order {
+        0 => IndexOrder::Producer,
+        1 => IndexOrder::Reversed,
+        other => {
+            return Err(BridgeError::Argument(format!(
+                "order must be 0 (producer) or 1 (reversed), got {other}"
+            )));
+        }
+    };
+    let device = Device::from_dlpack(DLDevice {
+        device_type: DLDeviceType(array.device_type),
+        device_id: array.device_id,
+    });
+    let mut spec =
+        ExportSpec::from_julia_layout(array.address, device, element, &dims, &strides, order)?;
+    spec.read_only = array.read_only != 0;
+    Ok(spec)
+}
+
+/// Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia
+/// unroots them; call again while it returns `capacity`.
+///
+/// # Safety
+/// `out` writable for `capacity` entries (or `capacity` 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_take_released_roots(out: *mut u64, capacity: usize) -> usize {
+    if out.is_null() || capacity == 0 {
+        return 0;
+    }
+    std::panic::catch_unwind(|| {
+        // SAFETY: writable for `capacity` entries (this entry point's contract).
+        let out = unsafe { std::slice::from_raw_parts_mut(out, capacity) };
+        roots::take_released(out)
+    })
+    .unwrap_or(0)
+}
+
+/// The size in bytes of the C structs callers mirror, by number: 0 `RsdlImportOptions`,
+/// 1 `RsdlPlanOptions`, 2 `RsdlImportResult`, 3 `RsdlArrayExport`, 4 `RsdlShareResult`; 0 for
+/// any other number. Julia checks its mirrors against these when it loads the library.
+#[unsafe(no_mangle)]
+pub extern "C" fn rsdlpack_struct_size(which: u32) -> usize {
+    match which {
+        0 => size_of::<RsdlImportOptions>(),
+        1 => size_of::<RsdlPlanOptions>(),
+        2 => size_of::<RsdlImportResult>(),
+        3 => size_of::<RsdlArrayExport>(),
+        4 => size_of::<RsdlShareResult>(),
+        _ => 0,
+    }
+}
