@@ -85,13 +85,16 @@ result_dims(plan::ArrayPlan) = ntuple(k -> Int(plan.dims[k]), Int(plan.ndims))
 result_dims(plan::ArrayPlan, ::Val{N}) where {N} = ntuple(k -> Int(plan.dims[k]), Val(N))
 parent_dims(plan::ArrayPlan) = ntuple(p -> Int(plan.parent_dims[p]), Int(plan.ndims))
 
+"The range the view takes of parent dimension `p`."
+function view_range(plan::ArrayPlan, p::Int)
+    start, step = Int(plan.starts[p]), Int(plan.steps[p])
+    return start:step:(start + step * (Int(plan.lengths[p]) - 1))
+end
+
 "Composes the view the plan describes over `P`, the parent array."
 function compose_view(P::AbstractArray, plan::ArrayPlan)
     N = ndims(P)
-    V = plan.needs_view == 0 ? P : view(P, ntuple(N) do p
-        start, step = Int(plan.starts[p]), Int(plan.steps[p])
-        start:step:(start + step * (Int(plan.lengths[p]) - 1))
-    end...)
+    V = plan.needs_view == 0 ? P : view(P, ntuple(p -> view_range(plan, p), N)...)
     plan.needs_permutation == 0 && return V
     return PermutedDimsArray(V, ntuple(k -> Int(plan.permutation[k]), N))
 end

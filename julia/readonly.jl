@@ -7,6 +7,8 @@ array), and `share` exports one as read-only.
 """
 struct ReadOnlyArray{T,N,A<:AbstractArray{T,N}} <: AbstractArray{T,N}
     parent::A
+    # The one constructor (an inner one: no implicit constructors besides it).
+    ReadOnlyArray(parent::AbstractArray{T,N}) where {T,N} = new{T,N,typeof(parent)}(parent)
 end
 
 Base.parent(R::ReadOnlyArray) = R.parent
