@@ -22,7 +22,8 @@ pub enum PlanKind {
     Copy = 2,
 }
 
-/// The flat plan. Fixed-size arrays hold `ndims` meaningful entries; the rest are 0.
+/// The flat plan. Fixed-size arrays hold `ndims` meaningful entries (the rest are unspecified;
+/// 0 from [`ArrayPlan::new`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ArrayPlan {
@@ -60,7 +61,6 @@ pub struct ArrayPlan {
 impl ArrayPlan {
     /// The flat form of `plan` for `descriptor`; `tensor` is left null for the bridge to set.
     pub fn new(descriptor: &TensorDescriptor, plan: &LayoutPlan) -> Self {
-        let device = descriptor.device.to_dlpack();
         let mut flat = Self {
             tensor: std::ptr::null_mut(),
             parent_address: 0,
@@ -71,29 +71,48 @@ impl ArrayPlan {
             steps: [0; MAX_NDIM],
             lengths: [0; MAX_NDIM],
             permutation: [0; MAX_NDIM],
-            element_code: descriptor.element.code(),
-            device_type: device.device_type.0,
-            device_id: device.device_id,
-            kind: PlanKind::View as u8,
+            element_code: 0,
+            device_type: 0,
+            device_id: 0,
+            kind: 0,
             read_only: 0,
             needs_view: 0,
             needs_permutation: 0,
         };
+        flat.fill(descriptor, plan);
+        flat
+    }
+
+    /// Writes the flat form of `plan` into `self` in place (the struct is large: an import
+    /// writes it straight into the caller's memory). Sets every field but `tensor` (null) and
+    /// the array entries past `ndims`, which keep whatever they held.
+    pub fn fill(&mut self, descriptor: &TensorDescriptor, plan: &LayoutPlan) {
+        let device = descriptor.device.to_dlpack();
+        self.tensor = std::ptr::null_mut();
+        self.element_code = descriptor.element.code();
+        self.device_type = device.device_type.0;
+        self.device_id = device.device_id;
+        self.parent_address = 0;
+        self.read_only = 0;
+        self.needs_view = 0;
+        self.needs_permutation = 0;
         match plan {
-            LayoutPlan::View(view) => flat.fill_view(descriptor, view),
+            LayoutPlan::View(view) => {
+                self.kind = PlanKind::View as u8;
+                self.fill_view(descriptor, view);
+            }
             LayoutPlan::Empty { dims } | LayoutPlan::Copy { dims, .. } => {
-                flat.kind = if matches!(plan, LayoutPlan::Empty { .. }) {
+                self.kind = if matches!(plan, LayoutPlan::Empty { .. }) {
                     PlanKind::Empty
                 } else {
                     PlanKind::Copy
                 } as u8;
-                flat.ndims = dims.len() as i64;
-                for (out, &d) in flat.dims.iter_mut().zip(dims.iter()) {
+                self.ndims = dims.len() as i64;
+                for (out, &d) in self.dims.iter_mut().zip(dims.iter()) {
                     *out = d as i64;
                 }
             }
         }
-        flat
     }
 
     fn fill_view(&mut self, descriptor: &TensorDescriptor, view: &ViewPlan) {

@@ -161,6 +161,14 @@ fn the_flat_plan_carries_the_view_with_one_based_indices() {
     }
     assert_eq!(&flat.dims[..2], &[3, 2]);
     assert!(flat.dims[2..].iter().chain(&flat.parent_dims[2..]).all(|&x| x == 0));
+    // Filled in place over an older plan: every field but the unused entries is rewritten.
+    let mut reused = flat;
+    reused.tensor = 8 as *mut std::ffi::c_void;
+    let empty = on(DeviceKind::Cpu, &[0], &[1]);
+    reused.fill(&empty, &plan(&empty, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap());
+    assert_eq!((reused.plan_kind(), reused.ndims, reused.dims[0]), (PlanKind::Empty, 1, 0));
+    assert!(reused.tensor.is_null());
+    assert_eq!((reused.read_only, reused.needs_permutation, reused.parent_address), (0, 0, 0));
 }
 
 #[test]

@@ -11,17 +11,24 @@
 //!   `from_dlpack(Array, …)` passes), each beside its floor: the producer's own
 //!   `a.__dlpack__(…)` call with the same arguments plus dropping the capsule, so that
 //!   "ours − floor" is what RsDLPack adds to the Python calls it must make;
+//! - Julia's path: `rsdlpack_py_import_plan` (import, validate and plan in one call, with the
+//!   options `from_dlpack(Array, …)` passes) + `rsdlpack_imported_release`;
 //! - export round trip: a Rust-owned buffer exported (`rsdlpack_py_export`) and consumed by
-//!   `np.from_dlpack`, against NumPy's own `np.from_dlpack(ndarray)`.
+//!   `np.from_dlpack`, and Julia's `rsdlpack_py_share` of a buffer consumed likewise, against
+//!   NumPy's own `np.from_dlpack(ndarray)`.
 //!
 //! With `RSDLPACK_BENCH_CSV=path` the import rows are also written as CSV (for the plot).
-//! With `RSDLPACK_BENCH_PROFILE=import` it only imports a small array in a loop for a few
-//! seconds, for `perf record`.
+//! With `RSDLPACK_BENCH_PROFILE=import` (or `julia`: Julia's one-call path) it only imports a
+//! small array in a loop for a few seconds, for `perf record`.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::{Device, ElementType, ExportSpec, IndexOrder};
+use rsdlpack_python::arrays::{
+    RsdlArrayExport, RsdlImportResult, RsdlPlanOptions, RsdlShareResult, rsdlpack_imported_release,
+    rsdlpack_py_import_plan, rsdlpack_py_share,
+};
 use rsdlpack_python::call::call_method;
 use rsdlpack_python::entry::{
     RsdlImportOptions, rsdlpack_py_export, rsdlpack_py_import, rsdlpack_tensor_release,
@@ -69,6 +76,37 @@ fn import_with(object: *mut ffi::PyObject, options: Option<&RsdlImportOptions>) 
     unsafe { rsdlpack_tensor_release(black_box(tensor)) };
 }
 
+/// What Julia's `from_dlpack(Array, a)` asks of the planner.
+const JULIA_ARRAY: RsdlPlanOptions = RsdlPlanOptions {
+    element_code: -1,
+    ndims: -1,
+    target: 0,
+    order: 0,
+    copy: -1,
+    readonly: 0,
+    dense: 0,
+    reserved: 0,
+};
+
+fn import_plan_with(object: *mut ffi::PyObject, options: &RsdlImportOptions) {
+    let mut result = std::mem::MaybeUninit::<RsdlImportResult>::uninit();
+    // SAFETY: a live object, valid options and out-pointer; errors are not expected.
+    let code = unsafe {
+        rsdlpack_py_import_plan(
+            object,
+            options,
+            &JULIA_ARRAY,
+            result.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(code, 0, "import_plan failed");
+    // SAFETY: written on success; its handle is ours to release.
+    let plan = unsafe { result.assume_init() }.plan;
+    // SAFETY: the handle we were just given, released once.
+    unsafe { rsdlpack_imported_release(black_box(plan.tensor)) };
+}
+
 fn human(bytes: usize) -> String {
     match bytes {
         b if b >= 1 << 30 => format!("{} GiB", b >> 30),
@@ -98,29 +136,37 @@ fn main() {
             ..Default::default()
         };
 
-        if std::env::var("RSDLPACK_BENCH_PROFILE").as_deref() == Ok("import") {
+        let profile = std::env::var("RSDLPACK_BENCH_PROFILE").unwrap_or_default();
+        if profile == "import" || profile == "julia" {
             let array = np.call_method1("ones", (12,)).unwrap();
             let start = Instant::now();
             while start.elapsed().as_secs() < 4 {
                 for _ in 0..10_000 {
-                    import_with(array.as_ptr(), Some(&cpu));
+                    if profile == "import" {
+                        import_with(array.as_ptr(), Some(&cpu));
+                    } else {
+                        import_plan_with(array.as_ptr(), &cpu);
+                    }
                 }
             }
             return;
         }
         println!("== import of a NumPy float32 array (ns per call, median of {ROUNDS}×{CALLS})");
         println!(
-            "{:>9} {:>7} {:>7} {:>9} {:>7} {:>11}   {:>8} {:>8} {:>11} {:>11}",
+            "{:>9} {:>7} {:>7} {:>9} {:>7} {:>11} {:>9}   {:>8} {:>8} {:>9} {:>11} {:>11} {:>11}",
             "size",
             "numpy",
             "floor",
             "floor+dev",
             "ours",
             "ours+dev",
+            "julia",
             "ours/np",
             "+dev/np",
+            "julia/np",
             "ours-floor",
-            "+dev-floor"
+            "+dev-floor",
+            "julia-floor"
         );
         for elements in [12usize, 256, 1 << 14, 1 << 18, 1 << 24, 1 << 28] {
             let array = np
@@ -152,20 +198,24 @@ fn main() {
                 }),
                 ("ours", &mut || import_with(raw, None)),
                 ("ours+dev", &mut || import_with(raw, Some(&cpu))),
+                ("julia", &mut || import_plan_with(raw, &cpu)),
             ]);
             let bytes = elements * 4;
             println!(
-                "{:>9} {:>7.0} {:>7.0} {:>9.0} {:>7.0} {:>11.0}   {:>7.2}x {:>7.2}x {:>11.0} {:>11.0}",
+                "{:>9} {:>7.0} {:>7.0} {:>9.0} {:>7.0} {:>11.0} {:>9.0}   {:>7.2}x {:>7.2}x {:>8.2}x {:>11.0} {:>11.0} {:>11.0}",
                 human(bytes),
                 times[0],
                 times[1],
                 times[2],
                 times[3],
                 times[4],
+                times[5],
                 times[3] / times[0],
                 times[4] / times[0],
+                times[5] / times[0],
                 times[3] - times[1],
                 times[4] - times[2],
+                times[5] - times[2],
             );
             csv.push_str(&format!(
                 "{bytes},{:.1},{:.1},{:.1},{:.1},{:.1}\n",
@@ -205,13 +255,48 @@ fn main() {
             ("numpy", &mut || {
                 drop(black_box(from_dlpack.call1((&ndarray,)).unwrap()));
             }),
+            ("share", &mut || {
+                let (dims, strides) = ([16i64, 16], [1i64, 16]);
+                let array = RsdlArrayExport {
+                    address: data.as_ptr() as usize,
+                    dims: dims.as_ptr(),
+                    strides: strides.as_ptr(),
+                    ndims: 2,
+                    root_id: 1,
+                    stream: 0,
+                    element_code: ElementType::Float32.code(),
+                    order: 0,
+                    device_type: 1,
+                    device_id: 0,
+                    read_only: 0,
+                    reserved: 0,
+                };
+                let mut result = std::mem::MaybeUninit::<RsdlShareResult>::uninit();
+                // SAFETY: a valid description of `data`, which outlives the exporter; a valid
+                // out-pointer.
+                let code =
+                    unsafe { rsdlpack_py_share(&array, result.as_mut_ptr(), std::ptr::null_mut()) };
+                assert_eq!(code, 0);
+                // SAFETY: written on success; a new reference we were just given.
+                let exporter =
+                    unsafe { Bound::from_owned_ptr(py, result.assume_init().exporter) };
+                drop(black_box(from_dlpack.call1((&exporter,)).unwrap()));
+            }),
         ]);
+        // The shared buffer's root ids queue up: take them as Julia would.
+        let mut sink = [0u64; 64];
+        while rsdlpack_python::roots::take_released(&mut sink) > 0 {}
         println!(
             "Rust-owned 16×16 f32 → rsdlpack_py_export → np.from_dlpack: {:.0} ns; \
              np.from_dlpack(ndarray): {:.0} ns; ratio {:.2}x",
             times[0],
             times[1],
             times[0] / times[1]
+        );
+        println!(
+            "Julia's share: rsdlpack_py_share → np.from_dlpack: {:.0} ns; ratio {:.2}x",
+            times[2],
+            times[2] / times[1]
         );
     });
     if let Ok(path) = std::env::var("RSDLPACK_BENCH_CSV") {

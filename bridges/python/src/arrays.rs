@@ -164,29 +164,26 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan(
                 ..Default::default()
             })
             .parse()?;
-        let plan = with_python(|py| {
+        with_python(|py| {
             // SAFETY: `object` is a live object the caller lends us for the call.
             let object: Bound<'_, PyAny> = unsafe { Bound::from_borrowed_ptr(py, object) };
             let tensor = import(&object, &import_request)?;
             // On error `tensor` drops here, under the GIL: its deleter runs now.
             let decided = plan_for(tensor.descriptor(), &request)?;
-            let mut plan = ArrayPlan::new(tensor.descriptor(), &decided);
+            // SAFETY: `out` is writable (checked non-null; caller's contract). Written in
+            // place, after everything that can fail: the struct is 1.6 KB.
+            let out = unsafe { &mut *out };
+            out.plan.fill(tensor.descriptor(), &decided);
+            out.released_roots = roots::released_count() as u64;
             if !matches!(decided, LayoutPlan::Empty { .. }) {
                 let held = Box::new(Held {
                     tensor,
                     order: request.order,
                 });
-                plan.tensor = Box::into_raw(held).cast();
+                out.plan.tensor = Box::into_raw(held).cast();
             }
-            Ok(plan)
-        })?;
-        let result = RsdlImportResult {
-            plan,
-            released_roots: roots::released_count() as u64,
-        };
-        // SAFETY: `out` is writable (checked non-null; caller's contract).
-        unsafe { out.write(result) };
-        Ok(())
+            Ok(())
+        })
     })
 }
 
