@@ -17,7 +17,7 @@ import time
 import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
-from rsdlpack_ctypes import Bridge, ImportOptions, first_element, shape_of  # noqa: E402
+from rsdlpack_ctypes import Bridge, ImportOptions, PlanOptions, first_element, shape_of  # noqa: E402
 
 KDLCUDA = 2
 RESULTS = []
@@ -233,6 +233,29 @@ def _():
     assert error is None, error
     host = np.from_dlpack(exporter, device="cpu")
     assert host.tolist() == t.cpu().tolist()
+
+
+@check("Julia's one-call import plans CUDA tensors for a CuArray, refuses them for an Array")
+def _():
+    t = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6)[:, ::2]
+    stream = torch.cuda.current_stream().cuda_stream or 1
+    result, error = lib.import_plan(t, PlanOptions.of(target=1), cuda_options(stream))
+    assert error is None, error
+    plan = result.plan
+    assert (plan.kind, plan.device_type, plan.device_id) == (0, KDLCUDA, 0)
+    assert plan.dims_() == [4, 3]
+    assert plan.parent_address == t.data_ptr(), (hex(plan.parent_address), hex(t.data_ptr()))
+    lib.release_handle(plan.tensor)
+    # Typed and dense: row-major in the producer's order would need a device copy.
+    _, (code, message) = lib.import_plan(t.contiguous(), PlanOptions.of(target=1, element_code=11, ndims=2, dense=1),
+                                         cuda_options(stream))
+    assert code == 2 and "copies on the host only" in message, message
+    # An Array of CUDA memory: refused by the core, naming the device (the Julia Array path asks
+    # the producer for dl_device=(CPU, 0) instead).
+    _, (code, message) = lib.import_plan(t, PlanOptions.of(target=0), ImportOptions(has_stream=1, stream=stream, copy=-1))
+    assert code == 2 and "a host array (Array) cannot hold" in message, message
+    lib.lib.rsdlpack_py_flush_releases()
+    return f"parent at {plan.parent_address:#x}"
 
 
 passed = sum(ok for _, ok, _ in RESULTS)
