@@ -4,9 +4,12 @@
     DLPackError(kind, message)
 
 Raised when a tensor cannot be exchanged. `kind` is one of `:invalid` (bad input or options),
-`:buffer` (the tensor cannot be exchanged as asked, e.g. `copy=false` but a copy is needed),
+`:buffer` (the tensor cannot be exchanged as asked, e.g. `copy=false` but a copy is needed, an
+unsupported device, dtype or layout, a read-only tensor where a writable one was asked for),
 `:not_dlpack` (the object does not speak DLPack), `:producer` (the Python producer raised),
-`:internal` (a bug in RsDLPack; please report it).
+`:resource` (memory could not be had, e.g. for a copy), `:internal` (a bug in RsDLPack; please
+report it). The kind is decided once, in the Rust core, and travels as a number (README's
+error-code table); the message is for people.
 """
 struct DLPackError <: Exception
     kind::Symbol
@@ -16,14 +19,14 @@ end
 Base.showerror(io::IO, e::DLPackError) = print(io, "DLPackError (", e.kind, "): ", e.message)
 
 # The Python bridge's return codes (bridges/python/src/error.rs, ErrorCode).
-const ERROR_KINDS = Dict{Int32,Symbol}(1 => :invalid, 2 => :buffer, 3 => :not_dlpack, 4 => :producer, 99 => :internal)
+const ERROR_KINDS = Dict{Int32,Symbol}(1 => :invalid, 2 => :buffer, 3 => :not_dlpack, 4 => :producer, 5 => :resource, 99 => :internal)
 
 error_kind(code::Integer) = get(ERROR_KINDS, Int32(code), :internal)
 
-# The jlrs bridge reports core errors as "[kind] message" (bridges/julia/src/imported.rs);
+# The jlrs bridge reports core errors as "[kind] message" (bridges/julia/src/errors.rs);
 # jlrs prefixes its exception messages with "Exception: ".
 function native_error(message::AbstractString)
-    m = match(r"^(?:Exception: )?\[(buffer|invalid)\] (.*)$"s, message)
+    m = match(r"^(?:Exception: )?\[(buffer|invalid|resource|internal)\] (.*)$"s, message)
     return m === nothing ? DLPackError(:invalid, message) : DLPackError(Symbol(m[1]), m[2])
 end
 

@@ -60,7 +60,7 @@ impl AlignedBuffer {
                 len,
             });
         }
-        let too_big = || Error::Export(format!("cannot allocate {len} bytes for a copy"));
+        let too_big = || Error::AllocationFailed { bytes: len };
         if Self::is_mapped(len) {
             return mapped::zeroed(len)
                 .map(|ptr| Self { ptr, len })
@@ -202,10 +202,10 @@ pub unsafe fn copy_into(
     check_host_readable(descriptor)?;
     let needed = descriptor.dense_byte_size();
     if out.len() != needed {
-        return Err(Error::Export(format!(
-            "the copy destination holds {} bytes but the tensor needs {needed}",
-            out.len()
-        )));
+        return Err(Error::CopyDestinationSize {
+            given: out.len(),
+            needed,
+        });
     }
     if out.is_empty() {
         return Ok(());
@@ -557,7 +557,12 @@ mod tests {
     #[test]
     fn empty_buffers_are_aligned_too_and_huge_ones_are_errors() {
         assert_eq!(AlignedBuffer::zeroed(0).as_ptr() as usize % BUFFER_ALIGN, 0);
-        assert!(AlignedBuffer::try_zeroed(usize::MAX - 100).is_err());
+        let huge = AlignedBuffer::try_zeroed(usize::MAX - 100).err();
+        assert!(
+            matches!(huge, Some(Error::AllocationFailed { bytes }) if bytes == usize::MAX - 100),
+            "{huge:?}"
+        );
+        assert_eq!(huge.unwrap().kind(), crate::error::ErrorKind::Resource);
     }
 
     #[test]
@@ -567,11 +572,58 @@ mod tests {
         let mut short = [0u8; 8];
         // SAFETY: refused before any read.
         let result = unsafe { copy_into(&d, IndexOrder::Producer, &mut short) };
-        assert!(matches!(result, Err(Error::Export(_))));
+        assert!(matches!(
+            result,
+            Err(Error::CopyDestinationSize {
+                given: 8,
+                needed: 12
+            })
+        ));
         let mut exact = [0u8; 12];
         // SAFETY: the descriptor addresses `source`.
         unsafe { copy_into(&d, IndexOrder::Producer, &mut exact) }.unwrap();
         assert_eq!(exact[4..8], 2u32.to_ne_bytes());
+    }
+
+    /// NumPy makes such tensors (`np.frombuffer(b, np.float64, offset=1)`) and the planner
+    /// sends them here: every read must tolerate any address. Covers the three ways the engine
+    /// reads (contiguous runs, strided runs, tiles); an aligned read of a misaligned address is
+    /// undefined behaviour and trips the standard library's debug checks.
+    #[test]
+    fn misaligned_sources_are_read_correctly_on_every_path() {
+        let values: Vec<f64> = (0..12).map(|i| i as f64 + 0.5).collect();
+        let mut bytes = [0u8; 12 * 8 + 8];
+        for (i, v) in values.iter().enumerate() {
+            bytes[1 + 8 * i..9 + 8 * i].copy_from_slice(&v.to_ne_bytes());
+        }
+        let address = bytes.as_ptr() as usize + 1;
+        assert_ne!(address % 8, 0, "the source really is misaligned");
+        let as_f64 = |buffer: &AlignedBuffer| -> Vec<f64> {
+            buffer
+                .as_slice()
+                .chunks_exact(8)
+                .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        let cases: [(&[i64], &[i64], IndexOrder); 3] = [
+            // Row-major 3×4 in reversed order: runs of 4 contiguous elements.
+            (&[3, 4], &[4, 1], IndexOrder::Reversed),
+            // Every other element: a strided run.
+            (&[6], &[2], IndexOrder::Producer),
+            // Row-major 3×4 in producer order: dim 0 is not the fastest, so tiles.
+            (&[3, 4], &[4, 1], IndexOrder::Producer),
+        ];
+        for (shape, strides, order) in cases {
+            let d = descriptor(address, shape, strides, ElementType::Float64);
+            let (rs, rt) = ordered(&d, order);
+            // SAFETY: every addressed element lies inside `bytes` (at most 12 from `address`).
+            let buffer = unsafe { materialize(&d, order) }.unwrap();
+            let expected: Vec<f64> = naive(&(0..12).collect::<Vec<u32>>(), 0, &rs, &rt)
+                .into_iter()
+                .map(|i| values[i as usize])
+                .collect();
+            assert_eq!(as_f64(&buffer), expected, "{shape:?} {strides:?} {order:?}");
+        }
     }
 
     #[test]

@@ -122,14 +122,8 @@ impl TensorDescriptor {
             if !in_address_space {
                 return Err(overflow());
             }
-            let align = element.alignment();
-            if first_element % align != 0 {
-                return Err(Error::Misaligned {
-                    address: first_element,
-                    align,
-                    element: element.julia_name(),
-                });
-            }
+            // Alignment is not checked here: a misaligned tensor is valid DLPack (NumPy makes
+            // them), and whether one can be viewed is the layout planner's question.
         }
 
         Ok(Self {
@@ -166,6 +160,12 @@ impl TensorDescriptor {
             return (0, 0);
         }
         byte_extent(&self.shape, &self.strides, self.element, elements).expect("validated extent")
+    }
+
+    /// Whether the first element is aligned as the element type needs (every element then is:
+    /// strides count whole elements). An empty tensor addresses nothing and counts as aligned.
+    pub fn is_aligned(&self) -> bool {
+        self.element_count() == 0 || self.first_element.is_multiple_of(self.element.alignment())
     }
 
     /// Bytes the elements occupy when packed densely (packed sub-byte types: rounded up).
@@ -372,31 +372,34 @@ mod tests {
     }
 
     #[test]
-    fn byte_offset_is_applied_and_alignment_checked_after_it() {
+    fn byte_offset_is_applied_and_misalignment_is_valid_but_recorded() {
         let mut r = raw(&[4], Some(&[1]), 4096, F32);
         r.tensor.byte_offset = 8;
-        assert_eq!(
-            check(&r, None, DlpackFlags::empty()).unwrap().first_element,
-            4104
-        );
+        let aligned = check(&r, None, DlpackFlags::empty()).unwrap();
+        assert_eq!(aligned.first_element, 4104);
+        assert!(aligned.is_aligned());
         r.tensor.byte_offset = 2;
-        let err = check(&r, None, DlpackFlags::empty()).unwrap_err();
+        let misaligned = check(&r, None, DlpackFlags::empty())
+            .expect("a misaligned tensor is valid DLPack: the planner decides what to do");
+        assert_eq!(misaligned.first_element, 4098);
+        assert!(!misaligned.is_aligned());
+        let complex = check(
+            &raw(&[2], Some(&[1]), 4100, DLDataType::C64),
+            None,
+            DlpackFlags::empty(),
+        )
+        .unwrap();
         assert!(
-            matches!(
-                err,
-                Error::Misaligned {
-                    address: 4098,
-                    align: 4,
-                    ..
-                }
-            ),
-            "{err}"
-        );
-        let complex = raw(&[2], Some(&[1]), 4100, DLDataType::C64);
-        assert!(
-            check(&complex, None, DlpackFlags::empty()).is_ok(),
+            complex.is_aligned(),
             "ComplexF32 needs 4-byte alignment only"
         );
+        let empty = check(
+            &raw(&[0], Some(&[1]), 4097, F32),
+            None,
+            DlpackFlags::empty(),
+        )
+        .unwrap();
+        assert!(empty.is_aligned(), "an empty tensor addresses nothing");
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! Devices a tensor can live on, and which of them this library can hand to Julia.
 
+use crate::error::{Error, Result};
 use dlpark::ffi::{DLDevice, DLDeviceType};
+
+/// Device types DLPack defines (dlpack.h 1.3: 1–4 and 7–18). 0 never was one; 5 and 6 were
+/// retired before 1.0 and are not assigned.
+const KNOWN_DEVICE_TYPES: [std::ops::RangeInclusive<u32>; 2] = [1..=4, 7..=18];
 
 /// The device kinds RsDLPack distinguishes; every other DLPack device type is `Other`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,6 +40,11 @@ impl DeviceKind {
         }
     }
 
+    /// Whether `device_type` is a device type DLPack defines (see [`Device::check_known`]).
+    pub fn is_known_device_type(device_type: u32) -> bool {
+        KNOWN_DEVICE_TYPES.iter().any(|r| r.contains(&device_type))
+    }
+
     /// Whether the host may read the memory directly, so that it can become a Julia `Array`.
     pub fn host_accessible(self) -> bool {
         matches!(self, Self::Cpu | Self::CudaHost | Self::CudaManaged)
@@ -64,6 +74,21 @@ impl Device {
             kind: DeviceKind::of(device.device_type),
             id: device.device_id,
         }
+    }
+
+    /// Refuses device type 0 (never valid) and device types DLPack does not define, naming the
+    /// number: the border's check for callers that have not opted in to unknown device types.
+    /// Known device types other than CPU and CUDA pass: they are valid DLPack, refused later
+    /// (and with a different message) only where memory would be read.
+    pub fn check_known(self) -> Result<()> {
+        let dl = self.to_dlpack();
+        if DeviceKind::is_known_device_type(dl.device_type.0) {
+            return Ok(());
+        }
+        Err(Error::UnknownDeviceType {
+            device_type: dl.device_type.0,
+            device_id: dl.device_id,
+        })
     }
 
     pub fn to_dlpack(self) -> DLDevice {
@@ -97,6 +122,29 @@ mod tests {
             let device = Device { kind, id: 1 };
             assert_eq!(Device::from_dlpack(device.to_dlpack()), device);
             assert_eq!(kind.host_accessible(), host);
+        }
+    }
+
+    #[test]
+    fn device_type_zero_and_unassigned_types_are_refused_by_number() {
+        for known in [1, 2, 3, 4, 7, 10, 13, 18] {
+            let device = Device::from_dlpack(DLDevice {
+                device_type: DLDeviceType(known),
+                device_id: 0,
+            });
+            assert!(device.check_known().is_ok(), "{known}");
+        }
+        for unknown in [0, 5, 6, 19, 1000] {
+            let device = Device::from_dlpack(DLDevice {
+                device_type: DLDeviceType(unknown),
+                device_id: 3,
+            });
+            let err = device.check_known().unwrap_err();
+            assert!(
+                matches!(err, Error::UnknownDeviceType { device_type, device_id: 3 } if device_type == unknown),
+                "{err:?}"
+            );
+            assert_eq!(err.kind(), crate::error::ErrorKind::BufferRefusal);
         }
     }
 }

@@ -1,8 +1,28 @@
-//! The core's one error type. Every message names the offending input and, where there is one,
-//! what the caller can do instead; the bridges turn these into Python exceptions or Julia
-//! exceptions without rewording them.
+//! The core's one error type, and the one place that decides what kind of failure each error
+//! is. Every message names the offending input and, where there is one, what the caller can do
+//! instead; the bridges turn these into Python exceptions or Julia exceptions without rewording
+//! them, and carry the [`ErrorKind`] across the C boundary as a number — code never parses the
+//! text.
 
 use dlpark::ffi::{DLDataType, DLDevice};
+
+/// What kind of failure an [`Error`] is: decided here, once ([`Error::kind`]), and mapped by
+/// each bridge to its own world (the Python bridge: a return code and an exception type; the
+/// Julia bridge: `DLPackError`'s kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The input is not a valid DLPack tensor, or an argument is out of range (Python
+    /// `ValueError`).
+    InvalidInput,
+    /// A valid tensor that cannot be exchanged as asked: the array API's `BufferError` cases
+    /// (unsupported device, dtype or layout, vector dtype, a copy that is forbidden or needed,
+    /// read-only refusals, a DLPack version the consumer does not speak).
+    BufferRefusal,
+    /// Memory (host or device) could not be had (Python `MemoryError`).
+    Resource,
+    /// A bug in RsDLPack: an invariant that should have held did not.
+    Internal,
+}
 
 /// Everything that can go wrong while taking, checking, planning, copying or exporting a tensor.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +43,7 @@ pub enum Error {
     )]
     UnknownFlags { bits: u64 },
 
+    /// A negative `ndim` is invalid; a valid one above [`crate::MAX_NDIM`] is refused.
     #[error("ndim is {ndim}; DLPack tensors here must have 0 to {max} dimensions")]
     BadRank { ndim: i64, max: usize },
 
@@ -46,9 +67,12 @@ pub enum Error {
     #[error("the data pointer is null but the tensor has {elements} elements")]
     NullData { elements: usize },
 
+    /// Raised by the layout planner, not by validation: a misaligned tensor is valid DLPack,
+    /// it only cannot be a zero-copy view (Julia arrays are aligned).
     #[error(
-        "data pointer {address:#x} (byte_offset applied) is not aligned to {align} bytes as \
-         {element} requires; ask for a copy (copy=true) to get an aligned array"
+        "a zero-copy view is impossible: the first element at {address:#x} (byte_offset \
+         applied) is misaligned, not aligned to {align} bytes as {element} requires; allow a copy \
+         (copy=true or copy=nothing) to get an aligned array"
     )]
     Misaligned {
         address: usize,
@@ -79,6 +103,14 @@ pub enum Error {
         device: DLDevice,
         hint: &'static str,
     },
+
+    #[error(
+        "device type {device_type} (id {device_id}) is not a DLPack device type{}; refused \
+         before anything reads the tensor (callers that know what the producer means can opt in \
+         to unknown device types)",
+        if *.device_type == 0 { " (0 is never valid)" } else { " this library knows" }
+    )]
+    UnknownDeviceType { device_type: u32, device_id: i32 },
 
     #[error(
         "a zero-copy view is impossible for shape {shape:?} with strides {strides:?} ({reason}); \
@@ -117,8 +149,50 @@ pub enum Error {
     #[error("the tensor has {found} dimensions, not the requested {expected}")]
     RankMismatch { expected: usize, found: usize },
 
-    #[error("cannot export: {0}")]
-    Export(String),
+    #[error(
+        "cannot export: the tensor is {property} and the consumer asked for a legacy \
+         (unversioned) DLPack tensor, which cannot carry the {flag} flag; ask with \
+         max_version=(1, x)"
+    )]
+    LegacyCannotCarry {
+        flag: &'static str,
+        property: &'static str,
+    },
+
+    #[error(
+        "cannot export: {feature} needs DLPack 1.{needed_minor}, but the consumer accepts at \
+         most 1.{allowed_minor}; ask with max_version=(1, {needed_minor}) or newer"
+    )]
+    VersionTooOld {
+        feature: &'static str,
+        needed_minor: u32,
+        allowed_minor: u32,
+    },
+
+    #[error("cannot export: {dims} dims but {strides} strides were given")]
+    DimsStridesMismatch { dims: usize, strides: usize },
+
+    #[error("cannot export: dims {dims:?} or strides {strides:?} do not fit in i64")]
+    ExportExtentOverflow {
+        dims: Vec<usize>,
+        strides: Vec<isize>,
+    },
+
+    /// dlpark refused metadata that our own checks had accepted.
+    #[error("internal error in RsDLPack (please report): building the managed tensor: {reason}")]
+    ExportMetadata { reason: String },
+
+    #[error("cannot allocate {bytes} bytes for a copy")]
+    AllocationFailed { bytes: usize },
+
+    #[error("the copy destination holds {given} bytes but the tensor needs {needed}")]
+    CopyDestinationSize { given: usize, needed: usize },
+
+    #[error(
+        "device {} (type {}, id {}) is not CUDA memory; this operation needs a CUDA tensor",
+        device_name(.device), .device.device_type.0, .device.device_id
+    )]
+    NotCudaMemory { device: DLDevice },
 
     #[error(
         "no CUDA driver (libcuda) could be loaded on this machine; CUDA tensors need an NVIDIA \
@@ -126,40 +200,331 @@ pub enum Error {
     )]
     NoCudaDriver,
 
+    #[error(
+        "the CUDA driver is present but cuInit failed ({message}); CUDA tensors cannot be used \
+         here — import with dl_device=(CPU, 0) to get a host copy instead"
+    )]
+    CudaInit { message: String },
+
+    /// `status` is the driver's `CUresult`.
     #[error("CUDA driver call {call} failed: {message}")]
-    Cuda { call: &'static str, message: String },
+    Cuda {
+        call: &'static str,
+        status: u32,
+        message: String,
+    },
 
-    #[error("the tensor's memory is not what its DLPack device says: {0}")]
-    CudaPointer(String),
+    #[error(
+        "the tensor's memory is not what its DLPack device says: the driver does not know \
+         address {address:#x} on device {} (id {}) ({cause})",
+        device_name(.device), .device.device_id
+    )]
+    CudaPointerUnknown {
+        address: usize,
+        device: DLDevice,
+        cause: Box<Error>,
+    },
 
-    #[error("{0}")]
-    Stream(String),
+    #[error(
+        "the tensor's memory is not what its DLPack device says: device {} (id {}) claims \
+         {expected}, but the driver reports memory type {memory_type}, device {device_ordinal}, \
+         managed {managed}",
+        device_name(.device), .device.device_id
+    )]
+    CudaPointerMismatch {
+        device: DLDevice,
+        expected: &'static str,
+        memory_type: u32,
+        device_ordinal: i32,
+        managed: bool,
+    },
+
+    #[error(
+        "stream=0 is disallowed by the DLPack specification (ambiguous); use 1 for the legacy \
+         default stream or 2 for the per-thread default stream"
+    )]
+    StreamZero,
+
+    #[error("stream={value} is not a valid DLPack stream (None, -1, 1, 2 or a handle > 2)")]
+    InvalidStream { value: i64 },
+
+    #[error(
+        "stream handle {handle} is a default-stream alias with no context of its own; pass a \
+         created stream (torch.cuda.current_stream().cuda_stream, cupy's stream.ptr)"
+    )]
+    DefaultStreamAlias { handle: usize },
 }
 
 impl Error {
-    /// Whether this is one of the DLPack specification's `BufferError` cases: the tensor cannot
-    /// be exchanged as asked (layout, dtype, device, read-only, or a copy that is forbidden),
-    /// as opposed to input that is simply invalid.
-    pub fn is_exchange_refusal(&self) -> bool {
-        matches!(
-            self,
-            Self::CopyRequired { .. }
-                | Self::UnsupportedDevice { .. }
-                | Self::Export(_)
-                | Self::ReadOnly
-                | Self::VectorDtype { .. }
-                | Self::NoCudaDriver
-                | Self::NotOnTarget { .. }
-                | Self::DeviceCopyUnavailable { .. }
-                | Self::TypeMismatch { .. }
-                | Self::RankMismatch { .. }
-        )
+    /// The one decision of what kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind::*;
+        match self {
+            Self::NullTensor
+            | Self::UnsupportedVersion { .. }
+            | Self::UnknownFlags { .. }
+            | Self::NullShape { .. }
+            | Self::MissingStrides { .. }
+            | Self::NegativeDimension { .. }
+            | Self::ExtentOverflow { .. }
+            | Self::NullData { .. }
+            | Self::DimsStridesMismatch { .. }
+            | Self::ExportExtentOverflow { .. }
+            | Self::CopyDestinationSize { .. }
+            | Self::NotCudaMemory { .. }
+            | Self::CudaPointerUnknown { .. }
+            | Self::CudaPointerMismatch { .. }
+            | Self::StreamZero
+            | Self::InvalidStream { .. }
+            | Self::DefaultStreamAlias { .. } => InvalidInput,
+            Self::BadRank { ndim, .. } if *ndim < 0 => InvalidInput,
+            Self::BadRank { .. }
+            | Self::Misaligned { .. }
+            | Self::VectorDtype { .. }
+            | Self::UnsupportedDtype { .. }
+            | Self::PackedSubbyteLayout { .. }
+            | Self::UnsupportedDevice { .. }
+            | Self::UnknownDeviceType { .. }
+            | Self::CopyRequired { .. }
+            | Self::ReadOnly
+            | Self::LegacyCannotCarry { .. }
+            | Self::VersionTooOld { .. }
+            | Self::NoCudaDriver
+            | Self::CudaInit { .. }
+            | Self::NotOnTarget { .. }
+            | Self::DeviceCopyUnavailable { .. }
+            | Self::TypeMismatch { .. }
+            | Self::RankMismatch { .. } => BufferRefusal,
+            Self::AllocationFailed { .. } => Resource,
+            Self::Cuda { status, .. } if *status == CUDA_ERROR_OUT_OF_MEMORY => Resource,
+            Self::Cuda { .. } => InvalidInput,
+            Self::ExportMetadata { .. } => Internal,
+        }
     }
 }
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`, the one driver status that is a resource failure.
+const CUDA_ERROR_OUT_OF_MEMORY: u32 =
+    cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
 
 /// `Result` with the core's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
 pub(crate) fn device_name(device: &DLDevice) -> &'static str {
     crate::device::DeviceKind::name_of(device.device_type)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlpark::ffi::DLDeviceType;
+
+    /// One example of each variant with its kind: adding a variant without deciding its kind
+    /// fails to compile (the match in `kind` is exhaustive); changing a kind fails here.
+    #[test]
+    fn every_error_has_the_documented_kind() {
+        use ErrorKind::*;
+        let device = DLDevice {
+            device_type: DLDeviceType::CUDA,
+            device_id: 0,
+        };
+        let dtype = DLDataType::F32;
+        let cases: Vec<(Error, ErrorKind)> = vec![
+            (Error::NullTensor, InvalidInput),
+            (
+                Error::UnsupportedVersion {
+                    found: 2,
+                    supported: 1,
+                },
+                InvalidInput,
+            ),
+            (Error::UnknownFlags { bits: 8 }, InvalidInput),
+            (Error::BadRank { ndim: -1, max: 32 }, InvalidInput),
+            (Error::BadRank { ndim: 33, max: 32 }, BufferRefusal),
+            (Error::NullShape { ndim: 1 }, InvalidInput),
+            (
+                Error::MissingStrides {
+                    major: 1,
+                    minor: 2,
+                    ndim: 1,
+                },
+                InvalidInput,
+            ),
+            (
+                Error::NegativeDimension { axis: 0, value: -1 },
+                InvalidInput,
+            ),
+            (
+                Error::ExtentOverflow {
+                    shape: vec![],
+                    strides: vec![],
+                },
+                InvalidInput,
+            ),
+            (Error::NullData { elements: 1 }, InvalidInput),
+            (
+                Error::Misaligned {
+                    address: 1,
+                    align: 8,
+                    element: "Float64",
+                },
+                BufferRefusal,
+            ),
+            (Error::VectorDtype { dtype }, BufferRefusal),
+            (Error::UnsupportedDtype { dtype }, BufferRefusal),
+            (
+                Error::PackedSubbyteLayout { code: 17, bits: 4 },
+                BufferRefusal,
+            ),
+            (Error::UnsupportedDevice { device, hint: "" }, BufferRefusal),
+            (
+                Error::UnknownDeviceType {
+                    device_type: 0,
+                    device_id: 0,
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::CopyRequired {
+                    shape: vec![],
+                    strides: vec![],
+                    reason: "",
+                },
+                BufferRefusal,
+            ),
+            (Error::ReadOnly, BufferRefusal),
+            (
+                Error::LegacyCannotCarry {
+                    flag: "READ_ONLY",
+                    property: "read-only",
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::VersionTooOld {
+                    feature: "fp8",
+                    needed_minor: 1,
+                    allowed_minor: 0,
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::DimsStridesMismatch {
+                    dims: 1,
+                    strides: 2,
+                },
+                InvalidInput,
+            ),
+            (
+                Error::ExportExtentOverflow {
+                    dims: vec![],
+                    strides: vec![],
+                },
+                InvalidInput,
+            ),
+            (
+                Error::ExportMetadata {
+                    reason: String::new(),
+                },
+                Internal,
+            ),
+            (Error::AllocationFailed { bytes: 1 }, Resource),
+            (
+                Error::CopyDestinationSize {
+                    given: 1,
+                    needed: 2,
+                },
+                InvalidInput,
+            ),
+            (Error::NotCudaMemory { device }, InvalidInput),
+            (Error::NoCudaDriver, BufferRefusal),
+            (
+                Error::CudaInit {
+                    message: String::new(),
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::Cuda {
+                    call: "cuMemAlloc",
+                    status: CUDA_ERROR_OUT_OF_MEMORY,
+                    message: String::new(),
+                },
+                Resource,
+            ),
+            (
+                Error::Cuda {
+                    call: "cuStreamGetCtx",
+                    status: 1,
+                    message: String::new(),
+                },
+                InvalidInput,
+            ),
+            (
+                Error::CudaPointerUnknown {
+                    address: 0,
+                    device,
+                    cause: Box::new(Error::NullTensor),
+                },
+                InvalidInput,
+            ),
+            (
+                Error::CudaPointerMismatch {
+                    device,
+                    expected: "",
+                    memory_type: 1,
+                    device_ordinal: 0,
+                    managed: false,
+                },
+                InvalidInput,
+            ),
+            (Error::StreamZero, InvalidInput),
+            (Error::InvalidStream { value: -5 }, InvalidInput),
+            (Error::DefaultStreamAlias { handle: 1 }, InvalidInput),
+            (
+                Error::NotOnTarget {
+                    device: crate::Device::CPU.to_dlpack(),
+                    target: "a CUDA array (CuArray)",
+                },
+                BufferRefusal,
+            ),
+            (Error::DeviceCopyUnavailable { reason: "r" }, BufferRefusal),
+            (
+                Error::TypeMismatch {
+                    expected: "Float64".into(),
+                    found: "Float32".into(),
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::RankMismatch {
+                    expected: 3,
+                    found: 2,
+                },
+                BufferRefusal,
+            ),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_device_types_are_named_by_number() {
+        let zero = Error::UnknownDeviceType {
+            device_type: 0,
+            device_id: 0,
+        }
+        .to_string();
+        assert!(
+            zero.starts_with("device type 0 ") && zero.contains("never valid"),
+            "{zero}"
+        );
+        let future = Error::UnknownDeviceType {
+            device_type: 99,
+            device_id: 1,
+        }
+        .to_string();
+        assert!(future.starts_with("device type 99 (id 1)"), "{future}");
+    }
 }

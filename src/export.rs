@@ -4,6 +4,16 @@
 //! managed tensor's `manager_ctx` and dropped when the consumer calls the deleter. Shape and
 //! strides are copied into the same allocation (dlpark's dynamic metadata), so they live exactly
 //! as long as the tensor. Strides are always explicit (DLPack ≥ 1.2 requires it).
+//!
+//! Versions: a versioned tensor claims the newest minor version the consumer accepts (its
+//! `max_version`, capped at ours), which must be at least the minor version that introduced
+//! every feature the tensor uses ([`ExportSpec::required_minor`]: DLPack 1.1 added the fp8,
+//! fp6 and fp4 dtype codes and the IS_SUBBYTE_TYPE_PADDED flag; READ_ONLY, IS_COPIED and the
+//! bool code are 1.0). A consumer that accepts less is refused ([`Error::VersionTooOld`]),
+//! rather than handed codes it was promised not to see. A legacy tensor cannot carry flags:
+//! READ_ONLY and IS_SUBBYTE_TYPE_PADDED change what the memory means, so a spec with either is
+//! refused ([`Error::LegacyCannotCarry`]); IS_COPIED is only a hint that the consumer owns the
+//! memory alone, and is dropped.
 
 use crate::descriptor::TensorDescriptor;
 use crate::device::Device;
@@ -44,22 +54,20 @@ impl ExportSpec {
         order: IndexOrder,
     ) -> Result<Self> {
         if dims.len() != strides.len() {
-            return Err(Error::Export(format!(
-                "{} dims but {} strides were given",
-                dims.len(),
-                strides.len()
-            )));
+            return Err(Error::DimsStridesMismatch {
+                dims: dims.len(),
+                strides: strides.len(),
+            });
         }
         if dims.len() > MAX_NDIM {
-            return Err(Error::Export(format!(
-                "{} dims; DLPack tensors here have at most {MAX_NDIM}",
-                dims.len()
-            )));
+            return Err(Error::BadRank {
+                ndim: dims.len() as i64,
+                max: MAX_NDIM,
+            });
         }
-        let too_big = || {
-            Error::Export(format!(
-                "dims {dims:?} or strides {strides:?} do not fit in i64"
-            ))
+        let too_big = || Error::ExportExtentOverflow {
+            dims: dims.to_vec(),
+            strides: strides.to_vec(),
         };
         let mut shape = DimVec::new();
         let mut dl_strides = DimVec::new();
@@ -113,6 +121,20 @@ impl ExportSpec {
         }
     }
 
+    /// The lowest DLPack 1.x minor version that can describe this spec, and the feature that
+    /// needs it (see the module docs).
+    pub fn required_minor(&self) -> (u32, &'static str) {
+        match self.element {
+            ElementType::RawBytes { bits, .. } if bits < 8 => (
+                1,
+                "a padded sub-byte dtype (fp6/fp4, IS_SUBBYTE_TYPE_PADDED)",
+            ),
+            ElementType::RawBytes { .. } => (1, "an fp8 dtype code"),
+            ElementType::PackedBits { .. } => (1, "a packed fp6/fp4 dtype code"),
+            _ => (0, "DLPack 1.0"),
+        }
+    }
+
     fn flags(&self) -> DlpackFlags {
         let mut flags = DlpackFlags::empty();
         flags.set(DlpackFlags::READ_ONLY, self.read_only);
@@ -129,7 +151,9 @@ impl ExportSpec {
     ) -> Result<Initialized<M, dlpark::allocation::dynamic::Metadata>> {
         let mut initialized = Dynamic::new(&self.shape[..], &self.strides[..])
             .initialize_as::<M>(Box::new(owner))
-            .map_err(|e| Error::Export(e.to_string()))?;
+            .map_err(|e| Error::ExportMetadata {
+                reason: e.to_string(),
+            })?;
         initialized
             .set_data(self.first_element as *mut std::ffi::c_void)
             .set_device(self.device.to_dlpack())
@@ -139,9 +163,10 @@ impl ExportSpec {
     }
 }
 
-/// Builds a versioned managed tensor. `version` is the minor version to declare (clamped to
-/// what this library implements); `owner` is dropped when the consumer calls the deleter, or
-/// here if the spec does not validate.
+/// Builds a versioned managed tensor. `minor_version` is the newest 1.x minor version the
+/// consumer accepts; the tensor declares it, capped at what this library implements, and is
+/// refused if the spec needs a newer one (see the module docs). `owner` is dropped when the
+/// consumer calls the deleter, or here if the spec does not validate.
 pub fn export_versioned<O: Send + 'static>(
     spec: &ExportSpec,
     owner: O,
@@ -190,14 +215,26 @@ fn build_versioned<O: Send + 'static>(
     owner: O,
     minor_version: u32,
 ) -> Result<Managed<DLManagedTensorVersioned>> {
+    let allowed_minor = minor_version.min(DLPackVersion::CURRENT.minor);
+    let (needed_minor, feature) = spec.required_minor();
+    if needed_minor > allowed_minor {
+        // `owner` is dropped here, before returning, as on every error path.
+        return Err(Error::VersionTooOld {
+            feature,
+            needed_minor,
+            allowed_minor,
+        });
+    }
     let mut initialized = spec.initialize::<DLManagedTensorVersioned, O>(owner)?;
     let version = DLPackVersion {
         major: DLPackVersion::CURRENT.major,
-        minor: minor_version.min(DLPackVersion::CURRENT.minor),
+        minor: allowed_minor,
     };
     initialized
         .set_version(version)
-        .map_err(|e| Error::Export(e.to_string()))?;
+        .map_err(|e| Error::ExportMetadata {
+            reason: e.to_string(),
+        })?;
     // SAFETY: the flags restate the spec: READ_ONLY and IS_COPIED come from the caller, who
     // owns the memory and knows them; the sub-byte flag matches the element layout.
     unsafe { initialized.set_flags_unchecked(spec.flags()) };
@@ -206,18 +243,27 @@ fn build_versioned<O: Send + 'static>(
     Ok(unsafe { initialized.finish() })
 }
 
-/// Builds a legacy managed tensor (for consumers that do not ask for a versioned one). A
-/// read-only spec is refused: the legacy ABI cannot say so.
+/// Builds a legacy managed tensor (for consumers that do not ask for a versioned one). A spec
+/// with flags that change what the memory means (READ_ONLY, IS_SUBBYTE_TYPE_PADDED) is
+/// refused: the legacy ABI has no flags (see the module docs).
 pub fn export_legacy<O: Send + 'static>(
     spec: &ExportSpec,
     owner: O,
 ) -> Result<Managed<DLManagedTensor>> {
-    if spec.read_only {
-        return Err(Error::Export(
-            "the tensor is read-only and the consumer asked for a legacy (unversioned) DLPack \
-             tensor, which cannot carry the READ_ONLY flag; ask with max_version=(1, x)"
-                .into(),
-        ));
+    let flags = spec.flags();
+    let refusal = if flags.contains(DlpackFlags::READ_ONLY) {
+        Some(("READ_ONLY", "read-only"))
+    } else if flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED) {
+        Some((
+            "IS_SUBBYTE_TYPE_PADDED",
+            "of a sub-byte dtype stored one element per byte (padded)",
+        ))
+    } else {
+        None
+    };
+    if let Some((flag, property)) = refusal {
+        // `owner` is dropped here, before returning, as on every error path.
+        return Err(Error::LegacyCannotCarry { flag, property });
     }
     let initialized = spec.initialize::<DLManagedTensor, O>(owner)?;
     // SAFETY: as in `export_versioned`.
@@ -299,7 +345,22 @@ mod tests {
         .unwrap();
         spec.read_only = true;
         let (owner, count) = CountingOwner::new();
-        assert!(matches!(export_legacy(&spec, owner), Err(Error::Export(_))));
+        let refused = export_legacy(&spec, owner).err();
+        assert!(
+            matches!(
+                refused,
+                Some(Error::LegacyCannotCarry {
+                    flag: "READ_ONLY",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        let message = refused.unwrap().to_string();
+        assert!(
+            message.contains("read-only") && message.contains("max_version=(1, x)"),
+            "{message}"
+        );
         assert_eq!(
             CountingOwner::releases(&count),
             1,
@@ -364,7 +425,7 @@ mod tests {
     #[test]
     fn invalid_specs_release_the_owner() {
         let spec = ExportSpec::from_julia_layout(
-            3,
+            0,
             Device::CPU,
             ElementType::Float32,
             &[2],
@@ -375,8 +436,123 @@ mod tests {
         let (owner, count) = CountingOwner::new();
         assert!(matches!(
             export_versioned(&spec, owner, 3),
-            Err(Error::Misaligned { .. })
+            Err(Error::NullData { elements: 2 })
         ));
         assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn a_misaligned_spec_exports_as_it_is() {
+        let data = [0u8; 24];
+        let misaligned = (data.as_ptr() as usize).next_multiple_of(8) + 1;
+        let spec = ExportSpec::from_julia_layout(
+            misaligned,
+            Device::CPU,
+            ElementType::Float64,
+            &[1],
+            &[1],
+            IndexOrder::Producer,
+        )
+        .unwrap();
+        let (owner, _) = CountingOwner::new();
+        let managed = export_versioned(&spec, owner, 3)
+            .expect("misaligned data is valid DLPack; the consumer sees the address");
+        // SAFETY: metadata of a live tensor we own.
+        let data_pointer = unsafe { managed.tensor() }.data as usize;
+        assert_eq!(data_pointer, misaligned);
+    }
+
+    fn byte_spec(element: ElementType, data: &[u8]) -> ExportSpec {
+        ExportSpec::from_julia_layout(
+            data.as_ptr() as usize,
+            Device::CPU,
+            element,
+            &[data.len()],
+            &[1],
+            IndexOrder::Producer,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn legacy_exports_refuse_padded_subbyte_dtypes() {
+        let data = [0u8; 4];
+        let padded = byte_spec(ElementType::RawBytes { code: 17, bits: 4 }, &data);
+        let (owner, count) = CountingOwner::new();
+        let refused = export_legacy(&padded, owner).err();
+        assert!(
+            matches!(
+                refused,
+                Some(Error::LegacyCannotCarry {
+                    flag: "IS_SUBBYTE_TYPE_PADDED",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        let refused = refused.unwrap();
+        assert_eq!(refused.kind(), crate::ErrorKind::BufferRefusal);
+        assert!(
+            refused.to_string().contains("max_version=(1, x)"),
+            "{refused}"
+        );
+        assert_eq!(CountingOwner::releases(&count), 1);
+        // fp8 is one byte per element: nothing the legacy struct cannot say.
+        let fp8 = byte_spec(ElementType::RawBytes { code: 10, bits: 8 }, &data);
+        let (owner, _) = CountingOwner::new();
+        assert!(export_legacy(&fp8, owner).is_ok());
+    }
+
+    #[test]
+    fn versioned_exports_claim_what_they_use_and_no_more_than_allowed() {
+        let data = [0u8; 4];
+        let plain = byte_spec(ElementType::UInt8, &data);
+        let bools = byte_spec(ElementType::Bool, &data);
+        let fp8 = byte_spec(ElementType::RawBytes { code: 10, bits: 8 }, &data);
+        let padded = byte_spec(ElementType::RawBytes { code: 17, bits: 4 }, &data);
+        let packed = byte_spec(ElementType::PackedBits { code: 17, bits: 4 }, &data[..2]);
+        for (spec, needed) in [
+            (&plain, 0),
+            (&bools, 0),
+            (&fp8, 1),
+            (&padded, 1),
+            (&packed, 1),
+        ] {
+            assert_eq!(spec.required_minor().0, needed, "{spec:?}");
+            for allowed in 0..=4u32 {
+                let (owner, count) = CountingOwner::new();
+                let result = export_versioned(spec, owner, allowed);
+                if allowed >= needed {
+                    let managed = result.unwrap();
+                    let claimed = managed.version();
+                    assert_eq!(claimed.major, 1);
+                    assert_eq!(
+                        claimed.minor,
+                        allowed.min(DLPackVersion::CURRENT.minor),
+                        "claims the consumer's maximum, capped at ours"
+                    );
+                    assert!(claimed.minor >= needed);
+                } else {
+                    let err = result.err().unwrap();
+                    assert!(
+                        matches!(
+                            err,
+                            Error::VersionTooOld {
+                                needed_minor: 1,
+                                allowed_minor: 0,
+                                ..
+                            }
+                        ),
+                        "{err:?}"
+                    );
+                    assert!(err.to_string().contains("max_version=(1, 1)"), "{err}");
+                    assert_eq!(CountingOwner::releases(&count), 1, "owner released");
+                }
+            }
+        }
+        let padded_flags = export_versioned(&padded, CountingOwner::new().0, 1)
+            .unwrap()
+            .flags();
+        assert_eq!(padded_flags, DlpackFlags::IS_SUBBYTE_TYPE_PADDED);
     }
 }

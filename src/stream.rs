@@ -27,15 +27,9 @@ impl StreamRequest {
             2 => Ok(Self::PerThreadDefault),
             v if v > 2 => usize::try_from(v)
                 .map(Self::Handle)
-                .map_err(|_| Error::Stream(format!("stream {v} does not fit a pointer"))),
-            0 => Err(Error::Stream(
-                "stream=0 is disallowed by the DLPack specification (ambiguous); use 1 for the \
-                 legacy default stream or 2 for the per-thread default stream"
-                    .into(),
-            )),
-            v => Err(Error::Stream(format!(
-                "stream={v} is not a valid DLPack stream (None, -1, 1, 2 or a handle > 2)"
-            ))),
+                .map_err(|_| Error::InvalidStream { value: v }),
+            0 => Err(Error::StreamZero),
+            v => Err(Error::InvalidStream { value: v }),
         }
     }
 
@@ -86,7 +80,14 @@ mod tests {
         );
         let zero = StreamRequest::from_value(0).unwrap_err().to_string();
         assert!(zero.contains("stream=0 is disallowed"), "{zero}");
-        assert!(StreamRequest::from_value(-5).is_err());
+        assert!(matches!(
+            StreamRequest::from_value(0),
+            Err(Error::StreamZero)
+        ));
+        assert!(matches!(
+            StreamRequest::from_value(-5),
+            Err(Error::InvalidStream { value: -5 })
+        ));
         for value in [-1, 1, 2, 0x7f00] {
             assert_eq!(
                 StreamRequest::from_value(value).unwrap().to_value(),

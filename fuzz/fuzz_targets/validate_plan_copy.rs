@@ -351,7 +351,8 @@ fn check(input: &Input) {
         assert!(i128::from(high) - i128::from(low) <= isize::MAX as i128);
         assert!(d.first_element as i128 + i128::from(low) >= 0);
         assert!(d.first_element as i128 + i128::from(high) <= usize::MAX as i128);
-        assert_eq!(d.first_element % d.element.alignment(), 0);
+        // Misaligned data is valid; the planner must not view it (checked in check_plans).
+        assert_eq!(d.is_aligned(), d.first_element % d.element.alignment() == 0);
     }
 
     check_export(&d);
@@ -434,10 +435,17 @@ fn check_plans(d: &TensorDescriptor, order: IndexOrder) {
     );
     match (&never, &if_needed) {
         (Ok(LayoutPlan::View(a)), Ok(LayoutPlan::View(b))) => {
+            assert!(d.is_aligned(), "a view of misaligned data: {d:?}");
             assert_eq!(a, b);
             check_view(d, a, &shape, &strides);
         }
+        (Err(Error::Misaligned { .. }), Ok(LayoutPlan::Copy { dims: c, reason })) => {
+            assert!(!d.is_aligned());
+            assert_eq!(*reason, rsdlpack::layout::MISALIGNED);
+            assert_eq!(c[..], dims[..]);
+        }
         (Err(Error::CopyRequired { .. }), Ok(LayoutPlan::Copy { dims: c, .. })) => {
+            assert!(d.is_aligned());
             assert_eq!(c[..], dims[..]);
         }
         other => panic!("policies disagree: {other:?}"),

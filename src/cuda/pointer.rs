@@ -68,24 +68,30 @@ pub fn pointer_info(address: usize, ordinal: i32) -> Result<PointerInfo> {
 }
 
 /// Checks that a CUDA-family tensor's memory is what its DLPack device claims.
+///
+/// Without a usable driver the answer is that ([`Error::NoCudaDriver`] or
+/// [`Error::CudaInit`]), not a verdict on the pointer: nothing is known about it then.
 pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
     let kind = descriptor.device.kind;
     if !kind.is_cuda() {
-        return Err(Error::CudaPointer(format!(
-            "{:?} is not a CUDA device",
-            descriptor.device
-        )));
+        return Err(Error::NotCudaMemory {
+            device: descriptor.device.to_dlpack(),
+        });
     }
+    super::driver()?;
     let ordinal = if kind == DeviceKind::Cuda {
         descriptor.device.id
     } else {
         0
     };
-    let info = pointer_info(descriptor.first_element, ordinal).map_err(|e| {
-        Error::CudaPointer(format!(
-            "the driver does not know address {:#x} ({e})",
-            descriptor.first_element
-        ))
+    // With a driver, any failure (an ordinal that does not exist, an address it never saw)
+    // means the tensor's claim is false.
+    let info = pointer_info(descriptor.first_element, ordinal).map_err(|cause| {
+        Error::CudaPointerUnknown {
+            address: descriptor.first_element,
+            device: descriptor.device.to_dlpack(),
+            cause: Box::new(cause),
+        }
     })?;
     let mismatch = match kind {
         DeviceKind::Cuda if info.memory_type != DEVICE => Some("device memory"),
@@ -97,10 +103,13 @@ pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
         _ => None,
     };
     match mismatch {
-        Some(expected) => Err(Error::CudaPointer(format!(
-            "{:?} claims {expected}, but the driver reports memory type {}, device {}, managed {}",
-            descriptor.device, info.memory_type, info.device_ordinal, info.managed
-        ))),
+        Some(expected) => Err(Error::CudaPointerMismatch {
+            device: descriptor.device.to_dlpack(),
+            expected,
+            memory_type: info.memory_type,
+            device_ordinal: info.device_ordinal,
+            managed: info.managed,
+        }),
         None => Ok(info),
     }
 }

@@ -25,10 +25,7 @@ pub struct StreamDescription {
 pub unsafe fn describe_stream(handle: usize) -> Result<StreamDescription> {
     // An argument error, decided before (and whether or not) a driver is there.
     if handle <= 2 {
-        return Err(Error::Stream(format!(
-            "stream handle {handle} is a default-stream alias with no context of its own; pass a \
-             created stream (torch.cuda.current_stream().cuda_stream, cupy's stream.ptr)"
-        )));
+        return Err(Error::DefaultStreamAlias { handle });
     }
     super::driver()?;
     let stream = handle as sys::CUstream;
@@ -73,8 +70,12 @@ mod tests {
     fn default_stream_aliases_are_refused_with_advice() {
         for alias in [0, 1, 2] {
             // SAFETY: aliases are refused before any driver call.
-            let message = unsafe { describe_stream(alias) }.unwrap_err().to_string();
-            assert!(message.contains("default-stream alias"), "{message}");
+            let err = unsafe { describe_stream(alias) }.unwrap_err();
+            assert!(
+                matches!(err, Error::DefaultStreamAlias { handle } if handle == alias),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("default-stream alias"), "{err}");
         }
     }
 }

@@ -135,7 +135,7 @@ fn pointer_checks_accept_real_device_memory_and_catch_false_claims() {
     // Host memory the driver never saw, claimed to be on the device.
     let host = [0f32; 16];
     let err = check_pointer(&on(CUDA0, host.as_ptr() as u64, &[16], &[1])).unwrap_err();
-    assert!(matches!(err, Error::CudaPointer(_)), "{err}");
+    assert!(matches!(err, Error::CudaPointerUnknown { .. }), "{err}");
 
     // A device ordinal that does not exist.
     let elsewhere = on(
@@ -149,7 +149,7 @@ fn pointer_checks_accept_real_device_memory_and_catch_false_claims() {
     );
     assert!(matches!(
         check_pointer(&elsewhere),
-        Err(Error::CudaPointer(_))
+        Err(Error::CudaPointerUnknown { .. })
     ));
 }
 

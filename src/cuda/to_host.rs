@@ -25,10 +25,9 @@ pub struct HostCopy {
 /// describe live device memory (a validated import).
 pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<HostCopy> {
     if descriptor.device.kind != crate::device::DeviceKind::Cuda {
-        return Err(Error::Export(format!(
-            "{:?} is not device memory",
-            descriptor.device
-        )));
+        return Err(Error::NotCudaMemory {
+            device: descriptor.device.to_dlpack(),
+        });
     }
     let _context = DeviceContext::enter(descriptor.device.id)?;
     let (low, high) = descriptor.byte_span();

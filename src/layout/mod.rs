@@ -14,8 +14,11 @@
 //! so that `R[i₁, …, iₙ]` is the tensor element at DLPack index `(i₁-1, …, iₙ-1)`
 //! ([`IndexOrder::Producer`]) or at `(iₙ-1, …, i₁-1)` ([`IndexOrder::Reversed`]).
 //!
-//! When no composition exists (a zero stride repeats elements, strides overlap, or strides do
-//! not nest into a parent) the plan says a copy is needed, and [`crate::copy`] makes one.
+//! When no composition exists (a zero stride repeats elements, strides overlap, strides do
+//! not nest into a parent, or the data is not aligned for the element type — Julia's arrays
+//! are) the plan says a copy is needed, and [`crate::copy`] makes one (it reads unaligned
+//! memory correctly). With [`CopyPolicy::Never`] that is an error instead: [`Error::Misaligned`]
+//! for misaligned data, [`Error::CopyRequired`] for the rest.
 //!
 //! The parent is chosen to cover as little memory as the layout allows (see [`nest`]): it
 //! starts at the lowest element the tensor touches and ends at its last element whenever each
@@ -189,6 +192,9 @@ pub enum LayoutPlan {
 /// Why a view needs a copy because its parent would be too large for Julia to wrap.
 const PARENT_TOO_LARGE: &str = "the view's parent array would exceed isize::MAX bytes";
 
+/// Why a view needs a copy because the data is not aligned for the element type.
+pub const MISALIGNED: &str = "misaligned: the data is not aligned for the element type";
+
 /// Decides how `descriptor` becomes a Julia array.
 pub fn plan(
     descriptor: &TensorDescriptor,
@@ -223,6 +229,20 @@ pub fn plan(
             dims,
             reason: "a copy was requested",
         });
+    }
+    // Every element is as misaligned as the first (strides count whole elements).
+    if !descriptor.is_aligned() {
+        return match policy {
+            CopyPolicy::Never => Err(Error::Misaligned {
+                address: descriptor.first_element,
+                align: descriptor.element.alignment(),
+                element: descriptor.element.julia_name(),
+            }),
+            _ => Ok(LayoutPlan::Copy {
+                dims,
+                reason: MISALIGNED,
+            }),
+        };
     }
     match plan_view(&shape, &strides, descriptor.element.size()) {
         Ok(view) => Ok(LayoutPlan::View(view)),

@@ -175,6 +175,55 @@ fn empty_scalar_packed_and_forced_copies() {
     ));
 }
 
+#[test]
+fn misaligned_data_is_a_copy_decision_not_a_validation_error() {
+    // A row-major 2×3 Float64 tensor one byte past an aligned address (np.frombuffer(b,
+    // np.float64, offset=1)): any view would be misaligned, however contiguous.
+    let misaligned =
+        crate::test_support::host_descriptor((1 << 20) + 1, &[2, 3], &[3, 1], ElementType::Float64);
+    for order in [IndexOrder::Producer, IndexOrder::Reversed] {
+        let planned = plan(&misaligned, order, CopyPolicy::IfNeeded).unwrap();
+        let LayoutPlan::Copy { dims, reason } = planned else {
+            panic!("a misaligned tensor must be copied, got {planned:?}")
+        };
+        assert_eq!(reason, MISALIGNED);
+        assert!(reason.starts_with("misaligned"), "{reason}");
+        let expected: Vec<usize> = match order {
+            IndexOrder::Producer => vec![2, 3],
+            IndexOrder::Reversed => vec![3, 2],
+        };
+        assert_eq!(dims, expected);
+    }
+    let refused = plan(&misaligned, IndexOrder::Producer, CopyPolicy::Never).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            Error::Misaligned {
+                address,
+                align: 8,
+                element: "Float64"
+            } if address == (1 << 20) + 1
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(refused.kind(), crate::ErrorKind::BufferRefusal);
+    assert!(refused.to_string().contains("misaligned"), "{refused}");
+    // Aligned for a smaller element type: the same address is fine for bytes.
+    let bytes =
+        crate::test_support::host_descriptor((1 << 20) + 1, &[2, 3], &[3, 1], ElementType::UInt8);
+    assert!(matches!(
+        plan(&bytes, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+        LayoutPlan::View(_)
+    ));
+    // Empty tensors address nothing: no copy, whatever the address.
+    let empty =
+        crate::test_support::host_descriptor((1 << 20) + 1, &[0, 3], &[3, 1], ElementType::Float64);
+    assert!(matches!(
+        plan(&empty, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+        LayoutPlan::Empty { .. }
+    ));
+}
+
 fn arbitrary_layout() -> impl Strategy<Value = (Vec<i64>, Vec<i64>)> {
     (0usize..=4).prop_flat_map(|ndim| {
         (

@@ -51,6 +51,12 @@ class ImportOptions(ctypes.Structure):
 
 TENSOR_P = ctypes.POINTER(DLManagedTensorVersioned)
 
+# Return codes of the entry points (bridges/python/src/error.rs, ErrorCode; README's table).
+INVALID, BUFFER, NOT_DLPACK, PRODUCER, RESOURCE, INTERNAL = 1, 2, 3, 4, 5, 99
+
+# flags of rsdlpack_py_import_with_flags.
+ACCEPT_UNKNOWN_DEVICE_TYPES = 1
+
 
 class StreamDescription(ctypes.Structure):
     _fields_ = [
@@ -166,6 +172,8 @@ class Bridge:
         lib = self.lib
         lib.rsdlpack_py_import.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(TENSOR_P), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_import.restype = ctypes.c_int32
+        lib.rsdlpack_py_import_with_flags.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.c_uint32, ctypes.POINTER(TENSOR_P), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_import_with_flags.restype = ctypes.c_int32
         lib.rsdlpack_py_export.argtypes = [TENSOR_P, ctypes.POINTER(ctypes.py_object), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_export.restype = ctypes.c_int32
         lib.rsdlpack_tensor_release.argtypes = [TENSOR_P]
@@ -198,11 +206,15 @@ class Bridge:
         self.lib.rsdlpack_error_free(pointer)
         return text
 
-    def import_(self, obj, options=None):
+    def import_(self, obj, options=None, flags=None):
+        """rsdlpack_py_import, or rsdlpack_py_import_with_flags when `flags` is given."""
         out = TENSOR_P()
         error = ctypes.c_void_p()
         opts = ctypes.byref(options) if options is not None else None
-        code = self.lib.rsdlpack_py_import(obj, opts, ctypes.byref(out), ctypes.byref(error))
+        if flags is None:
+            code = self.lib.rsdlpack_py_import(obj, opts, ctypes.byref(out), ctypes.byref(error))
+        else:
+            code = self.lib.rsdlpack_py_import_with_flags(obj, opts, flags, ctypes.byref(out), ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
         return out, None

@@ -7,13 +7,14 @@ pub(crate) fn error(message: impl Into<String>) -> Box<JlrsError> {
     JlrsError::exception(message.into()).into()
 }
 
-/// A core error for Julia: `[buffer] …` or `[invalid] …`, the prefix naming the
-/// `DLPackError` kind (julia/errors.jl parses it).
+/// A core error for Julia: `[kind] message`, the prefix naming the `DLPackError` kind that
+/// `Error::kind` decided (julia/errors.jl parses it).
 pub(crate) fn core_error(e: rsdlpack::Error) -> Box<JlrsError> {
-    let kind = if e.is_exchange_refusal() {
-        "buffer"
-    } else {
-        "invalid"
+    let kind = match e.kind() {
+        rsdlpack::ErrorKind::InvalidInput => "invalid",
+        rsdlpack::ErrorKind::BufferRefusal => "buffer",
+        rsdlpack::ErrorKind::Resource => "resource",
+        rsdlpack::ErrorKind::Internal => "internal",
     };
     error(format!("[{kind}] {e}"))
 }

@@ -60,6 +60,7 @@ impl RsdlImportOptions {
             stream,
             device,
             copy,
+            ..ImportRequest::default()
         })
     }
 }
@@ -134,6 +135,28 @@ pub unsafe extern "C" fn rsdlpack_py_import(
     out: *mut *mut DLManagedTensorVersioned,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: forwarded contract; no flags.
+    unsafe { rsdlpack_py_import_with_flags(object, options, 0, out, error_out) }
+}
+
+/// `flags` bit for [`rsdlpack_py_import_with_flags`]: take tensors whose device type DLPack
+/// does not define (0 included) instead of refusing them with code 2.
+pub const RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES: u32 = 1;
+
+/// As `rsdlpack_py_import`, with `flags` (a bitwise or of `RSDLPACK_IMPORT_*`; unknown bits
+/// are refused with code 1). A separate entry point, so that `RsdlImportOptions` keeps its
+/// layout for existing callers.
+///
+/// # Safety
+/// As `rsdlpack_py_import`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_import_with_flags(
+    object: *mut ffi::PyObject,
+    options: *const RsdlImportOptions,
+    flags: u32,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_out: *mut *mut c_char,
+) -> i32 {
     // SAFETY: `error_out` is null or writable (this entry point's contract).
     let error_out = unsafe { ErrorOut::new(error_out) };
     trampoline(error_out, || {
@@ -142,14 +165,22 @@ pub unsafe extern "C" fn rsdlpack_py_import(
                 "rsdlpack_py_import: object and out must not be null".into(),
             ));
         }
+        let unknown = flags & !RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES;
+        if unknown != 0 {
+            return Err(BridgeError::Argument(format!(
+                "rsdlpack_py_import_with_flags: unknown flag bits {unknown:#x}"
+            )));
+        }
         // SAFETY: `options` is null or points to an options struct (caller's contract).
-        let request = unsafe { options.as_ref() }
+        let mut request = unsafe { options.as_ref() }
             .copied()
             .unwrap_or(RsdlImportOptions {
                 copy: -1,
                 ..Default::default()
             })
             .parse()?;
+        request.accept_unknown_device_types =
+            flags & RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES != 0;
         let managed = with_python(|py| {
             // SAFETY: `object` is a live object the caller lends us for the call.
             let object: Bound<'_, PyAny> = unsafe { Bound::from_borrowed_ptr(py, object) };

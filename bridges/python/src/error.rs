@@ -1,8 +1,25 @@
 //! The Python bridge's error type and its two ways out: a Python exception (for methods Python
 //! calls, like `__dlpack__`) and a return code plus message (for the C entry points).
+//!
+//! Both are decided here, once: [`BridgeError::code`] maps every error to an [`ErrorCode`]
+//! (core errors by their [`ErrorKind`], decided in the core), and the code alone picks the
+//! Python exception type. The table (also in README.md):
+//!
+//! | code | `ErrorCode`  | core `ErrorKind` | Python exception | Julia `DLPackError` kind |
+//! |------|--------------|------------------|------------------|--------------------------|
+//! | 1    | `Invalid`    | `InvalidInput`   | `ValueError`     | `:invalid`               |
+//! | 2    | `Buffer`     | `BufferRefusal`  | `BufferError`    | `:buffer`                |
+//! | 3    | `NotDlpack`  | —                | `TypeError`      | `:not_dlpack`            |
+//! | 4    | `Producer`   | —                | `RuntimeError`   | `:producer`              |
+//! | 5    | `Resource`   | `Resource`       | `MemoryError`    | `:resource`              |
+//! | 99   | `Internal`   | `Internal`       | `RuntimeError`   | `:internal`              |
+//!
+//! A producer's exception (4) is wrapped, its type and text in the message, as a
+//! `RuntimeError`: it is neither the caller's bad value nor a refusal of ours.
 
 use pyo3::PyErr;
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use rsdlpack::ErrorKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
@@ -30,7 +47,7 @@ pub enum BridgeError {
 
 pub type BridgeResult<T> = Result<T, BridgeError>;
 
-/// The return codes of the C entry points (0 is success).
+/// The return codes of the C entry points (0 is success). The numbers are ABI: never reuse one.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
@@ -40,17 +57,30 @@ pub enum ErrorCode {
     Buffer = 2,
     /// The object does not speak DLPack (a Python `TypeError`).
     NotDlpack = 3,
-    /// The producer raised a Python exception.
+    /// The producer raised a Python exception (a Python `RuntimeError` naming it).
     Producer = 4,
-    /// A bug in RsDLPack: a panic was caught at the border.
+    /// Memory could not be had (a Python `MemoryError`).
+    Resource = 5,
+    /// A bug in RsDLPack: a panic caught at the border, or a broken invariant.
     Internal = 99,
+}
+
+impl From<ErrorKind> for ErrorCode {
+    fn from(kind: ErrorKind) -> Self {
+        match kind {
+            ErrorKind::InvalidInput => Self::Invalid,
+            ErrorKind::BufferRefusal => Self::Buffer,
+            ErrorKind::Resource => Self::Resource,
+            ErrorKind::Internal => Self::Internal,
+        }
+    }
 }
 
 impl BridgeError {
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Core(core) if core.is_exchange_refusal() => ErrorCode::Buffer,
-            Self::Core(_) | Self::Argument(_) | Self::ConsumedCapsule => ErrorCode::Invalid,
+            Self::Core(core) => core.kind().into(),
+            Self::Argument(_) | Self::ConsumedCapsule => ErrorCode::Invalid,
             Self::Buffer(_) => ErrorCode::Buffer,
             Self::NotDlpack { .. } => ErrorCode::NotDlpack,
             Self::Producer { .. } => ErrorCode::Producer,
@@ -70,9 +100,11 @@ impl From<BridgeError> for PyErr {
     fn from(error: BridgeError) -> PyErr {
         let message = error.to_string();
         match error.code() {
+            ErrorCode::Invalid => PyValueError::new_err(message),
             ErrorCode::Buffer => PyBufferError::new_err(message),
             ErrorCode::NotDlpack => PyTypeError::new_err(message),
-            _ => PyValueError::new_err(message),
+            ErrorCode::Resource => PyMemoryError::new_err(message),
+            ErrorCode::Producer | ErrorCode::Internal => PyRuntimeError::new_err(message),
         }
     }
 }

@@ -7,6 +7,11 @@
 //! that predates them raises `TypeError`. What such a producer could not be asked for is
 //! checked afterwards (device) or left to the core (a copy is then made on our side).
 //!
+//! The tensor's device type is checked first of all, at this border: 0 (never valid in DLPack)
+//! and types DLPack does not define are refused, naming the number, unless the caller opted in
+//! ([`ImportRequest::accept_unknown_device_types`]), for producers it knows to use a newer or
+//! private device type.
+//!
 //! dlpark has a Python importer, but it does not retry on `TypeError` and it would tie this
 //! crate to its PyO3 feature set; the protocol steps are few, so they live here.
 
@@ -27,6 +32,9 @@ pub struct ImportRequest {
     pub stream: StreamRequest,
     pub device: Option<Device>,
     pub copy: Option<bool>,
+    /// Take tensors whose device type DLPack does not define (0 included) instead of refusing
+    /// them. Off by default.
+    pub accept_unknown_device_types: bool,
 }
 
 impl Default for ImportRequest {
@@ -35,6 +43,7 @@ impl Default for ImportRequest {
             stream: StreamRequest::Omitted,
             device: None,
             copy: None,
+            accept_unknown_device_types: false,
         }
     }
 }
@@ -58,12 +67,7 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
                     .into(),
             ));
         }
-        check_result(
-            &tensor,
-            || "the capsule".into(),
-            request.device,
-            request.copy,
-        )?;
+        check_result(&tensor, || "the capsule".into(), request, request.device)?;
         return Ok(tensor);
     }
     let producer_device = match request.stream {
@@ -75,8 +79,8 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
     check_result(
         &tensor,
         || format!("{}.__dlpack__", type_name(object)),
+        request,
         request.device.or(producer_device),
-        request.copy,
     )?;
     Ok(tensor)
 }
@@ -94,10 +98,14 @@ fn type_name(object: &Bound<'_, PyAny>) -> String {
 fn check_result(
     tensor: &ImportedTensor,
     source: impl FnOnce() -> String,
+    request: &ImportRequest,
     wanted_device: Option<Device>,
-    copy: Option<bool>,
 ) -> BridgeResult<()> {
     let found = tensor.descriptor().device;
+    if !request.accept_unknown_device_types {
+        found.check_known()?;
+    }
+    let copy = request.copy;
     if let Some(wanted) = wanted_device.filter(|&w| w != found) {
         return Err(BridgeError::Buffer(format!(
             "{} holds a tensor on device {found:?}, not the requested {wanted:?}",

@@ -13,7 +13,7 @@ use rsdlpack::{
 use rsdlpack_python::entry::{
     rsdlpack_cuda_describe_stream, rsdlpack_cuda_driver_available, rsdlpack_error_free,
 };
-use rsdlpack_python::{Exporter, ImportRequest, import};
+use rsdlpack_python::{BridgeError, Exporter, ImportRequest, import};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
@@ -99,7 +99,13 @@ fn without_a_driver_importing_a_cuda_capsule_fails_clearly_and_releases_it() {
         let err = import(&capsule, &ImportRequest::default())
             .err()
             .expect("the pointer check needs a driver");
-        assert!(err.to_string().contains("no CUDA driver"), "{err}");
+        // The cause leads, not a verdict on the pointer that nothing could check.
+        assert!(
+            matches!(err, BridgeError::Core(rsdlpack::Error::NoCudaDriver)),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with("no CUDA driver"), "{err}");
+        assert_eq!(err.code(), rsdlpack_python::ErrorCode::Buffer);
         drop(capsule);
         globals.del_item("exporter").unwrap();
         assert_eq!(

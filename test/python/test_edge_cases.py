@@ -1,0 +1,144 @@
+"""Protocol edge cases (issue #10) through the C entry points, as Julia's ccall reaches them,
+with the real NumPy as producer and consumer: misaligned tensors, device types DLPack does not
+define, CUDA tensors without a driver, and what legacy or older versioned consumers are given."""
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+
+from rsdlpack_ctypes import ACCEPT_UNKNOWN_DEVICE_TYPES, BUFFER, INVALID, TENSOR_P, first_element, shape_of
+
+IS_SUBBYTE_TYPE_PADDED = 4
+
+
+def misaligned_array():
+    buffer = bytearray(8 * 6 + 1)
+    a = np.frombuffer(buffer, dtype=np.float64, offset=1, count=6).reshape(2, 3)
+    a[...] = np.arange(6.0).reshape(2, 3) + 0.5
+    assert not a.flags.aligned and a.ctypes.data % 8 == 1
+    return a
+
+
+def capsule_contents(capsule):
+    """The version and flags of the tensor inside an unconsumed versioned capsule, read in
+    place (the capsule keeps it; importing would re-wrap it under the current version)."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    managed = ctypes.cast(get(capsule, b"dltensor_versioned"), TENSOR_P).contents
+    return (managed.version.major, managed.version.minor), managed.flags
+
+
+def exporter_of(bridge, array, edit=None):
+    """Imports `array` through the bridge, lets `edit` change the raw tensor, and exports it."""
+    tensor, error = bridge.import_(array)
+    assert error is None, error
+    if edit is not None:
+        edit(tensor.contents)
+    exporter, error = bridge.export(tensor)
+    assert error is None, error
+    return exporter
+
+
+def test_a_misaligned_numpy_array_imports_zero_copy(bridge):
+    a = misaligned_array()
+    tensor, error = bridge.import_(a)
+    assert error is None, "misalignment is the planner's question, not a validation error"
+    assert first_element(tensor) == a.ctypes.data
+    assert shape_of(tensor) == ([2, 3], [3, 1])
+    bridge.release(tensor)
+    bridge.lib.rsdlpack_py_flush_releases()
+
+
+def test_a_misaligned_tensor_is_exported_truthfully(bridge):
+    a = misaligned_array()
+    exporter = exporter_of(bridge, a)
+    view = np.from_dlpack(exporter)
+    assert view.ctypes.data == a.ctypes.data and not view.flags.aligned
+    assert view.tolist() == a.tolist()
+    copy = np.from_dlpack(exporter, copy=True)
+    assert copy.flags.aligned and copy.ctypes.data % 64 == 0
+    assert copy.tolist() == a.tolist()
+    del view, copy, exporter
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
+
+
+def set_device_type(device_type):
+    def edit(managed):
+        managed.dl_tensor.device.device_type = device_type
+
+    return edit
+
+
+@pytest.mark.parametrize("device_type", [0, 99])
+def test_unknown_device_types_are_refused_unless_opted_in(bridge, device_type):
+    a = np.arange(4.0)
+    exporter = exporter_of(bridge, a, set_device_type(device_type))
+    assert exporter.__dlpack_device__() == (device_type, 0)
+
+    _, (code, message) = bridge.import_(exporter)
+    assert code == BUFFER, message
+    assert message.startswith(f"device type {device_type} "), message
+    capsule = exporter.__dlpack__(max_version=(1, 3))
+    _, (code, message) = bridge.import_(capsule)
+    assert code == BUFFER and f"device type {device_type}" in message, message
+
+    tensor, error = bridge.import_(exporter, flags=ACCEPT_UNKNOWN_DEVICE_TYPES)
+    assert error is None, error
+    assert tensor.contents.dl_tensor.device.device_type == device_type
+    assert first_element(tensor) == a.ctypes.data
+    bridge.release(tensor)
+
+    _, (code, message) = bridge.import_(exporter, flags=1 << 7)
+    assert code == INVALID and "unknown flag bits 0x80" in message, message
+    del exporter, capsule
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
+
+
+def test_without_a_driver_a_cuda_import_leads_with_the_cause(bridge):
+    if bridge.lib.rsdlpack_cuda_driver_available() == 1:
+        pytest.skip("a CUDA driver is present; test/gpu/check_gpu.py covers this machine")
+    exporter = exporter_of(bridge, np.arange(4.0), set_device_type(2))
+    # stream=-1: no synchronisation asked, so the exporter makes no driver call; the importer's
+    # pointer check is what needs the driver.
+    capsule = exporter.__dlpack__(max_version=(1, 3), stream=-1)
+    _, (code, message) = bridge.import_(capsule)
+    assert code == BUFFER, message
+    assert message.startswith("no CUDA driver"), message
+    assert "does not know address" not in message, message
+
+
+def padded_fp4(managed):
+    managed.dl_tensor.dtype.code = 17
+    managed.dl_tensor.dtype.bits = 4
+    managed.flags |= IS_SUBBYTE_TYPE_PADDED
+
+
+def test_legacy_consumers_are_refused_padded_subbyte_tensors(bridge):
+    exporter = exporter_of(bridge, np.zeros(4, dtype=np.uint8), padded_fp4)
+    with pytest.raises(BufferError, match=r"IS_SUBBYTE_TYPE_PADDED.*ask with max_version=\(1, x\)"):
+        exporter.__dlpack__()
+    version, flags = capsule_contents(exporter.__dlpack__(max_version=(1, 1)))
+    assert version == (1, 1)
+    assert flags & IS_SUBBYTE_TYPE_PADDED
+
+
+def test_versioned_exports_need_a_max_version_that_covers_their_dtype(bridge):
+    def fp8(managed):
+        managed.dl_tensor.dtype.code = 10  # float8_e4m3fn, DLPack 1.1
+
+    exporter = exporter_of(bridge, np.zeros(4, dtype=np.uint8), fp8)
+    with pytest.raises(BufferError, match=r"needs DLPack 1\.1.*max_version=\(1, 1\)"):
+        exporter.__dlpack__(max_version=(1, 0))
+    for asked, claimed in [((1, 1), (1, 1)), ((1, 2), (1, 2)), ((1, 9), (1, 3)), ((2, 0), (1, 3))]:
+        version, _ = capsule_contents(exporter.__dlpack__(max_version=asked))
+        assert version == claimed, asked
+    plain = exporter_of(bridge, np.arange(3.0))
+    assert capsule_contents(plain.__dlpack__(max_version=(1, 0)))[0] == (1, 0)
+    del exporter, plain
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
