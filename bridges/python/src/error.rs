@@ -24,6 +24,10 @@ pub enum BridgeError {
     #[error("{0}")]
     Argument(String),
 
+    /// An object of the wrong Python type (a Python `TypeError`).
+    #[error("{0}")]
+    WrongType(String),
+
     #[error("{0}")]
     Buffer(String),
 }
@@ -52,7 +56,7 @@ impl BridgeError {
             Self::Core(core) if core.is_exchange_refusal() => ErrorCode::Buffer,
             Self::Core(_) | Self::Argument(_) | Self::ConsumedCapsule => ErrorCode::Invalid,
             Self::Buffer(_) => ErrorCode::Buffer,
-            Self::NotDlpack { .. } => ErrorCode::NotDlpack,
+            Self::NotDlpack { .. } | Self::WrongType(_) => ErrorCode::NotDlpack,
             Self::Producer { .. } => ErrorCode::Producer,
         }
     }

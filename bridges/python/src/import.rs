@@ -7,13 +7,20 @@
 //! that predates them raises `TypeError`. What such a producer could not be asked for is
 //! checked afterwards (device) or left to the core (a copy is then made on our side).
 //!
+//! Before that, a type that offers the DLPack 1.3 C exchange API (`__dlpack_c_exchange_api__`,
+//! torch) is imported through it (see [`crate::exchange_api`]): one C call instead of Python
+//! code, the streams ordered by us. torch tensors are checked for what DLPack cannot carry
+//! (see [`crate::torch`]) on either path.
+//!
 //! dlpark has a Python importer, but it does not retry on `TypeError` and it would tie this
 //! crate to its PyO3 feature set; the protocol steps are few, so they live here.
 
 use crate::call::call_method;
 use crate::capsule;
 use crate::error::{BridgeError, BridgeResult};
+use crate::exchange_api::{self, ExchangeApi};
 use crate::request::StreamRequest;
+use crate::torch::TorchKind;
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -66,6 +73,15 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
         )?;
         return Ok(tensor);
     }
+    let info = exchange_api::type_info(object)?;
+    crate::torch::check(object, info.torch)?;
+    if let Some(api) = info
+        .api
+        .filter(|_| info.torch != TorchKind::Wrapped && request.copy != Some(true))
+        && let Some(tensor) = import_through_api(api, object, request)?
+    {
+        return Ok(tensor);
+    }
     let producer_device = match request.stream {
         StreamRequest::Omitted => None,
         _ => device_of(object)?,
@@ -79,6 +95,51 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
         request.copy,
     )?;
     Ok(tensor)
+}
+
+/// Imports through the producer's C exchange API (see [`crate::exchange_api`]), or answers
+/// `None` when this request needs the Python protocol after all: `copy=True` never comes here;
+/// a `dl_device` other than where the tensor lives, or a device tensor whose producer cannot
+/// name its work stream, is released and imported through `__dlpack__` (which can copy, or
+/// order streams itself).
+///
+/// For a CUDA tensor the consumer's stream (the request's; the legacy default stream when
+/// omitted) is made to wait, with an event, for the producer's current work stream: no host
+/// wait, as `__dlpack__(stream=...)` would do it.
+fn import_through_api(
+    api: ExchangeApi,
+    object: &Bound<'_, PyAny>,
+    request: &ImportRequest,
+) -> BridgeResult<Option<ImportedTensor>> {
+    let tensor = ImportedTensor::new(api.managed_tensor_from_py_object(object)?)?;
+    let device = tensor.descriptor().device;
+    if request.device.is_some_and(|wanted| wanted != device) {
+        return Ok(None);
+    }
+    let source = || format!("{}.__dlpack_c_exchange_api__", type_name(object));
+    match device.kind {
+        DeviceKind::Cpu => {}
+        DeviceKind::Cuda | DeviceKind::CudaManaged => {
+            if let Some(consumer) = request.stream.cuda_handle() {
+                let Some(producer) =
+                    api.current_work_stream(object.py(), || type_name(object), device)?
+                else {
+                    return Ok(None);
+                };
+                // The default stream is NULL in the runtime API; the driver calls it 1.
+                let producer = if producer == 0 { 1 } else { producer };
+                // SAFETY: `producer` is the producer's current stream on the tensor's device (a
+                // live stream by the API's contract); `consumer` is the stream the caller named
+                // (the import's contract: a live stream of that device) or a default stream.
+                unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?;
+            }
+        }
+        // Pinned host memory and other devices: the Python protocol knows their rules.
+        _ if request.stream != StreamRequest::Omitted => return Ok(None),
+        _ => {}
+    }
+    check_result(&tensor, source, request.device, request.copy)?;
+    Ok(Some(tensor))
 }
 
 fn type_name(object: &Bound<'_, PyAny>) -> String {
