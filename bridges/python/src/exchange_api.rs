@@ -36,6 +36,7 @@ use rsdlpack::{Device, ManagedTensor};
 use std::cell::Cell;
 use std::ffi::{CStr, c_void};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The capsule name the specification gives the table.
 pub const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
@@ -256,6 +257,15 @@ struct TypeCache {
 
 const SLOTS: usize = 8;
 
+/// Bumped whenever an entry leaves [`CACHE`] (see [`type_info`]).
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The calling thread's last answer: (type address, generation, answer). Spares the
+    /// lock on the common case of many imports of one type.
+    static LAST: Cell<Option<(usize, usize, TypeInfo)>> = const { Cell::new(None) };
+}
+
 static CACHE: Mutex<TypeCache> = Mutex::new(TypeCache {
     entries: [const { None }; SLOTS],
     next: 0,
@@ -267,6 +277,15 @@ static CACHE: Mutex<TypeCache> = Mutex::new(TypeCache {
 /// metaclass's code, which may import tensors itself).
 pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
     let raw = object.get_type_ptr();
+    // The thread's last answer, valid while no entry was evicted since (an evicted type may be
+    // freed and its address reused; eviction bumps the generation before the type is freed).
+    let generation = GENERATION.load(Ordering::Acquire);
+    if let Some((ty, seen, info)) = LAST.get()
+        && ty == raw as usize
+        && seen == generation
+    {
+        return Ok(info);
+    }
     {
         // A poisoned lock only means a panic elsewhere mid-update; the slots stay consistent.
         let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -276,6 +295,7 @@ pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
             .flatten()
             .find(|(ty, _)| ty.as_ptr() == raw.cast())
         {
+            LAST.set(Some((raw as usize, generation, *info)));
             return Ok(*info);
         }
     }
@@ -296,7 +316,11 @@ pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
         } else {
             let slot = cache.next;
             cache.next = (slot + 1) % SLOTS;
-            cache.entries[slot].replace((ty.unbind(), info))
+            let evicted = cache.entries[slot].replace((ty.unbind(), info));
+            if evicted.is_some() {
+                GENERATION.fetch_add(1, Ordering::AcqRel);
+            }
+            evicted
         }
     };
     // Released outside the lock: freeing a type may run Python code.
