@@ -187,6 +187,49 @@ def _():
     return f"host returned in {host * 1000:.1f} ms"
 
 
+@check("torch CUDA import through the C exchange API: consumer stream ordered after torch's current_work_stream, host not blocked")
+def _():
+    class NoPythonProtocol(torch.Tensor):
+        """Its __dlpack__ fails, so a successful import can only have used the C exchange API."""
+
+        def __dlpack__(self, *args, **kwargs):
+            raise AssertionError("__dlpack__ was called: the C exchange API was not used")
+
+    assert hasattr(torch.Tensor, "__dlpack_c_exchange_api__"), "this torch has no DLPack 1.3 C exchange API"
+    n = 1 << 22
+    P, C = torch.cuda.Stream(), torch.cuda.Stream()
+    # Warm the consumer's kernels (lazy loading would otherwise wait for running kernels).
+    torch.ones(16, device="cuda").sum().item()
+    x = torch.zeros(n, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(P):
+        torch.cuda._sleep(SLEEP)
+        x.fill_(7.0)
+        # P is torch's current stream now: current_work_stream must name it.
+        t0 = time.perf_counter()
+        tensor, error = lib.import_(x.as_subclass(NoPythonProtocol), cuda_options(C.cuda_stream))
+        host = time.perf_counter() - t0
+    assert error is None, error
+    assert first_element(tensor) == x.data_ptr(), "zero-copy"
+    assert tensor.contents.dl_tensor.device.device_type == KDLCUDA
+    # Read the imported memory on C, through an export consumed by torch on C.
+    exporter, error = lib.export(tensor, C.cuda_stream)
+    assert error is None, error
+    with torch.cuda.stream(C):
+        y = torch.from_dlpack(exporter)
+        total = y.sum()
+    producer_running = not P.query()
+    consumer_waiting = not C.query()
+    assert host < 0.5, f"the host waited {host:.3f} s (a device-wide or stream sync?)"
+    assert producer_running, "the producer kernel had finished: no proof that the host did not wait"
+    assert consumer_waiting, "the consumer's read already ran: it did not wait for the producer's event"
+    C.synchronize()
+    assert y.data_ptr() == x.data_ptr()
+    assert total.item() == 7.0 * n, f"the consumer read {total.item()} (not ordered after torch's stream)"
+    del y, exporter
+    return f"host returned in {host * 1000:.1f} ms while the 1 s producer kernel ran"
+
+
 @check("order_streams: the consumer stream waits, the host does not")
 def _():
     P, C = torch.cuda.Stream(), torch.cuda.Stream()

@@ -38,6 +38,52 @@ class DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
+# The DLPack 1.3 C exchange API (dlpack.h 1.3; dlpark's ffi::DLPackExchangeAPI, 56 bytes). The
+# functions that take Python objects are called with the GIL held, so they are PYFUNCTYPEs:
+# ctypes then raises the Python exception a function sets when it returns -1.
+class DLPackExchangeAPIHeader(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("prev_api", ctypes.c_void_p)]
+
+
+SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+MANAGED_TENSOR_ALLOCATOR = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(DLTensor), ctypes.POINTER(ctypes.POINTER(DLManagedTensorVersioned)), ctypes.c_void_p, SET_ERROR
+)
+MANAGED_TENSOR_FROM_PY_OBJECT = ctypes.PYFUNCTYPE(
+    ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.POINTER(DLManagedTensorVersioned))
+)
+MANAGED_TENSOR_TO_PY_OBJECT = ctypes.PYFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(DLManagedTensorVersioned), ctypes.POINTER(ctypes.py_object)
+)
+DLTENSOR_FROM_PY_OBJECT = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(DLTensor))
+CURRENT_WORK_STREAM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+
+
+class DLPackExchangeAPI(ctypes.Structure):
+    _fields_ = [
+        ("header", DLPackExchangeAPIHeader),
+        ("managed_tensor_allocator", MANAGED_TENSOR_ALLOCATOR),
+        ("managed_tensor_from_py_object_no_sync", MANAGED_TENSOR_FROM_PY_OBJECT),
+        ("managed_tensor_to_py_object_no_sync", MANAGED_TENSOR_TO_PY_OBJECT),
+        ("dltensor_from_py_object_no_sync", DLTENSOR_FROM_PY_OBJECT),
+        ("current_work_stream", CURRENT_WORK_STREAM),
+    ]
+
+
+def exchange_api_of(tp):
+    """The DLPackExchangeAPI a type offers as `__dlpack_c_exchange_api__` (checking the name)."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return DLPackExchangeAPI.from_address(get(tp.__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
+
+
+def run_deleter(tensor):
+    """Calls a managed tensor's own deleter (what its consumer does when done)."""
+    DELETER(tensor.contents.deleter)(tensor)
+
+
 class ImportOptions(ctypes.Structure):
     _fields_ = [
         ("has_stream", ctypes.c_int32),

@@ -13,6 +13,9 @@
 //!   "ours − floor" is what RsDLPack adds to the Python calls it must make;
 //! - Julia's path: `rsdlpack_py_import_plan` (import, validate and plan in one call, with the
 //!   options `from_dlpack(Array, …)` passes) + `rsdlpack_imported_release`;
+//! - import of a torch tensor, which goes through torch's DLPack 1.3 C exchange API, against
+//!   `torch.from_dlpack(t)` and against `t.__dlpack__(max_version=(1, 3))` alone (the floor of any
+//!   Python-protocol import);
 //! - export round trip: a Rust-owned buffer exported (`rsdlpack_py_export`) and consumed by
 //!   `np.from_dlpack`, and Julia's `rsdlpack_py_share` of a buffer consumed likewise, against
 //!   NumPy's own `np.from_dlpack(ndarray)`.
@@ -221,6 +224,58 @@ fn main() {
                 "{bytes},{:.1},{:.1},{:.1},{:.1},{:.1}\n",
                 times[0], times[1], times[2], times[3], times[4]
             ));
+        }
+
+        println!("\n== import of a torch float32 tensor (12 elements; ns per call, median)");
+        match py.import("torch") {
+            Err(e) => println!("SKIPPED: torch is not importable ({e})"),
+            Ok(torch) => {
+                let tensor = torch.call_method1("ones", (12,)).unwrap();
+                let torch_from_dlpack = torch.getattr("from_dlpack").unwrap();
+                let raw = tensor.as_ptr();
+                let before = rsdlpack_python::exchange_api::imports_through_c_api();
+                import_with(raw, None);
+                assert!(
+                    rsdlpack_python::exchange_api::imports_through_c_api() > before,
+                    "the torch import went through the C exchange API"
+                );
+                let times = race(&mut [
+                    ("ours (C API)", &mut || import_with(raw, None)),
+                    ("ours+dev (C API)", &mut || import_with(raw, Some(&cpu))),
+                    ("torch.from_dlpack", &mut || {
+                        drop(black_box(torch_from_dlpack.call1((&tensor,)).unwrap()));
+                    }),
+                    ("__dlpack__", &mut || {
+                        let capsule = call_method(
+                            &tensor,
+                            dlpack,
+                            &[],
+                            &[&max_version],
+                            Some(kw_max_version),
+                        )
+                        .unwrap();
+                        drop(black_box(capsule));
+                    }),
+                ]);
+                println!(
+                    "{:>12} {:>9} {:>17} {:>10}   {:>16} {:>15}",
+                    "ours (C API)",
+                    "ours+dev",
+                    "torch.from_dlpack",
+                    "__dlpack__",
+                    "ours/from_dlpack",
+                    "ours/__dlpack__"
+                );
+                println!(
+                    "{:>12.0} {:>9.0} {:>17.0} {:>10.0}   {:>15.3}x {:>14.3}x",
+                    times[0],
+                    times[1],
+                    times[2],
+                    times[3],
+                    times[0] / times[2],
+                    times[0] / times[3]
+                );
+            }
         }
 
         println!("\n== export round trip (ns per call)");

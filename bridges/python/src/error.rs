@@ -41,6 +41,10 @@ pub enum BridgeError {
     #[error("{0}")]
     Argument(String),
 
+    /// An object of the wrong Python type (a Python `TypeError`).
+    #[error("{0}")]
+    WrongType(String),
+
     #[error("{0}")]
     Buffer(String),
 }
@@ -82,7 +86,7 @@ impl BridgeError {
             Self::Core(core) => core.kind().into(),
             Self::Argument(_) | Self::ConsumedCapsule => ErrorCode::Invalid,
             Self::Buffer(_) => ErrorCode::Buffer,
-            Self::NotDlpack { .. } => ErrorCode::NotDlpack,
+            Self::NotDlpack { .. } | Self::WrongType(_) => ErrorCode::NotDlpack,
             Self::Producer { .. } => ErrorCode::Producer,
         }
     }

@@ -4,6 +4,9 @@
 //! Every `__dlpack__` call hands out a new managed tensor whose owner shares the source, so
 //! the source lives until the exporter and every consumer are done with it. Capsules nobody
 //! consumes are freed by their destructor (see [`crate::capsule`]).
+//!
+//! The type also offers the DLPack 1.3 C exchange API as the class attribute
+//! `__dlpack_c_exchange_api__` (see [`crate::exporter_api`]).
 
 use crate::capsule::into_capsule;
 use crate::error::{BridgeError, BridgeResult};
@@ -13,6 +16,8 @@ use crate::request::{
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
+use rsdlpack::dlpark::Managed;
+use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use rsdlpack::export::{export_legacy, export_versioned_prevalidated};
 use rsdlpack::{DeviceKind, ExportSpec, ImportedTensor, IndexOrder};
 use std::sync::Arc;
@@ -54,6 +59,56 @@ impl Exporter {
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
+        let (spec, owner) = self.prepare(stream, device, copy)?;
+        match version {
+            VersionRequest::Versioned { minor } => {
+                // SAFETY: every spec `prepare` makes is `ExportSpec::of`/`of_copy` of the
+                // validated source or of its validated host copy, at most with IS_COPIED cleared.
+                let tensor = unsafe { export_versioned_prevalidated(&spec, owner, minor) }?;
+                into_capsule(py, tensor)
+            }
+            VersionRequest::Legacy => into_capsule(py, export_legacy(&spec, owner)?),
+        }
+    }
+
+    /// The validated tensor behind this exporter.
+    pub(crate) fn descriptor(&self) -> &rsdlpack::TensorDescriptor {
+        self.source.tensor.descriptor()
+    }
+
+    /// What `__dlpack__(max_version=(1, 3))` would hand out, as a managed tensor (for the C
+    /// exchange API, [`crate::exporter_api`]). Device memory is made ready on the legacy
+    /// default stream, which is what that API's `current_work_stream` reports for it.
+    pub(crate) fn managed_no_sync(&self) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
+        let stream = match self.descriptor().device.kind {
+            DeviceKind::Cuda => StreamRequest::LegacyDefault,
+            _ => StreamRequest::Omitted,
+        };
+        let (spec, owner) = self.prepare(stream, None, None)?;
+        // SAFETY: as in `export`.
+        Ok(unsafe { export_versioned_prevalidated(&spec, owner, DLPackVersion::CURRENT.minor) }?)
+    }
+
+    /// Orders the legacy default stream after the stream that wrote a CUDA source (an event,
+    /// no host wait); nothing for other devices.
+    pub(crate) fn ready_on_default_stream(&self) -> BridgeResult<()> {
+        let descriptor = self.descriptor();
+        if descriptor.device.kind != DeviceKind::Cuda {
+            return Ok(());
+        }
+        let producer = self.source.stream.unwrap_or(1);
+        // SAFETY: `producer` is the stream the exporter's creator named for this memory
+        // (rsdlpack_py_export_with_stream's contract) or the legacy default stream (1).
+        Ok(unsafe { rsdlpack::cuda::order::order_streams(descriptor.device.id, producer, 1) }?)
+    }
+
+    /// The spec and owner of one export (see `__dlpack__`).
+    fn prepare(
+        &self,
+        stream: StreamRequest,
+        device: Option<rsdlpack::Device>,
+        copy: Option<bool>,
+    ) -> BridgeResult<(ExportSpec, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
         // Only device → host copies are offered; any other device change is refused here.
         let host_copy_of_device = descriptor.device.kind == DeviceKind::Cuda;
@@ -65,18 +120,9 @@ impl Exporter {
                 descriptor.device
             )));
         }
-        let (spec, owner) = match descriptor.device.kind {
-            DeviceKind::Cuda => self.export_device(stream, device, copy)?,
-            _ => self.export_host(stream, copy)?,
-        };
-        match version {
-            VersionRequest::Versioned { minor } => {
-                // SAFETY: every spec here is `ExportSpec::of`/`of_copy` of the validated source
-                // or of its validated host copy, at most with IS_COPIED cleared.
-                let tensor = unsafe { export_versioned_prevalidated(&spec, owner, minor) }?;
-                into_capsule(py, tensor)
-            }
-            VersionRequest::Legacy => into_capsule(py, export_legacy(&spec, owner)?),
+        match descriptor.device.kind {
+            DeviceKind::Cuda => self.export_device(stream, device, copy),
+            _ => self.export_host(stream, copy),
         }
     }
 }
@@ -180,6 +226,12 @@ impl Exporter {
         let device = device_from_python(dl_device.as_ref())?;
         let copy = copy_from_python(copy.as_ref())?;
         Ok(self.export(py, stream, version, device, copy)?)
+    }
+
+    /// The DLPack 1.3 C exchange API of this type (see [`crate::exporter_api`]).
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+        crate::exporter_api::capsule(py)
     }
 
     fn __dlpack_device__(&self) -> (u32, i32) {

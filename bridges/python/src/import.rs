@@ -11,6 +11,10 @@
 //! and types DLPack does not define are refused, naming the number, unless the caller opted in
 //! ([`ImportRequest::accept_unknown_device_types`]), for producers it knows to use a newer or
 //! private device type.
+//! Before that, a type that offers the DLPack 1.3 C exchange API (`__dlpack_c_exchange_api__`,
+//! torch) is imported through it (see [`crate::exchange_api`]): one C call instead of Python
+//! code, the streams ordered by us. torch tensors are checked for what DLPack cannot carry
+//! (see [`crate::torch`]) on either path.
 //!
 //! dlpark has a Python importer, but it does not retry on `TypeError` and it would tie this
 //! crate to its PyO3 feature set; the protocol steps are few, so they live here.
@@ -18,7 +22,9 @@
 use crate::call::call_method;
 use crate::capsule;
 use crate::error::{BridgeError, BridgeResult};
+use crate::exchange_api::{self, ExchangeApi};
 use crate::request::StreamRequest;
+use crate::torch::TorchKind;
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -70,6 +76,15 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
         check_result(&tensor, || "the capsule".into(), request, request.device)?;
         return Ok(tensor);
     }
+    let info = exchange_api::type_info(object)?;
+    crate::torch::check(object, info.torch)?;
+    if let Some(api) = info
+        .api
+        .filter(|_| info.torch != TorchKind::Wrapped && request.copy != Some(true))
+        && let Some(tensor) = import_through_api(api, object, request)?
+    {
+        return Ok(tensor);
+    }
     let producer_device = match request.stream {
         StreamRequest::Omitted => None,
         _ => device_of(object)?,
@@ -83,6 +98,51 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
         request.device.or(producer_device),
     )?;
     Ok(tensor)
+}
+
+/// Imports through the producer's C exchange API (see [`crate::exchange_api`]), or answers
+/// `None` when this request needs the Python protocol after all: `copy=True` never comes here;
+/// a `dl_device` other than where the tensor lives, or a device tensor whose producer cannot
+/// name its work stream, is released and imported through `__dlpack__` (which can copy, or
+/// order streams itself).
+///
+/// For a CUDA tensor the consumer's stream (the request's; the legacy default stream when
+/// omitted) is made to wait, with an event, for the producer's current work stream: no host
+/// wait, as `__dlpack__(stream=...)` would do it.
+fn import_through_api(
+    api: ExchangeApi,
+    object: &Bound<'_, PyAny>,
+    request: &ImportRequest,
+) -> BridgeResult<Option<ImportedTensor>> {
+    let tensor = ImportedTensor::new(api.managed_tensor_from_py_object(object)?)?;
+    let device = tensor.descriptor().device;
+    if request.device.is_some_and(|wanted| wanted != device) {
+        return Ok(None);
+    }
+    let source = || format!("{}.__dlpack_c_exchange_api__", type_name(object));
+    match device.kind {
+        DeviceKind::Cpu => {}
+        DeviceKind::Cuda | DeviceKind::CudaManaged => {
+            if let Some(consumer) = request.stream.cuda_handle() {
+                let Some(producer) =
+                    api.current_work_stream(object.py(), || type_name(object), device)?
+                else {
+                    return Ok(None);
+                };
+                // The default stream is NULL in the runtime API; the driver calls it 1.
+                let producer = if producer == 0 { 1 } else { producer };
+                // SAFETY: `producer` is the producer's current stream on the tensor's device (a
+                // live stream by the API's contract); `consumer` is the stream the caller named
+                // (the import's contract: a live stream of that device) or a default stream.
+                unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?;
+            }
+        }
+        // Pinned host memory and other devices: the Python protocol knows their rules.
+        _ if request.stream != StreamRequest::Omitted => return Ok(None),
+        _ => {}
+    }
+    check_result(&tensor, source, request, request.device)?;
+    Ok(Some(tensor))
 }
 
 fn type_name(object: &Bound<'_, PyAny>) -> String {

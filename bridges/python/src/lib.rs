@@ -1,7 +1,10 @@
 //! RsDLPack's Python bridge: the DLPack Python protocol over `PyObject*`.
 //!
 //! - [`import`]: any object with `__dlpack__` (or a capsule) → an owned, validated tensor;
-//! - [`exporter`]: a Python object with `__dlpack__` over a tensor Rust owns;
+//! - [`exchange_api`]: the DLPack 1.3 C exchange API of a producer's type (torch), used by
+//!   [`import`] instead of `__dlpack__`; [`torch`]: what torch tensors carry that DLPack cannot;
+//! - [`exporter`]: a Python object with `__dlpack__` over a tensor Rust owns, whose type offers
+//!   its own C exchange API ([`exporter_api`]);
 //! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
 //! - [`release`]: Python producers' deleters run only under the GIL (deferred otherwise);
 //! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call;
@@ -20,11 +23,14 @@ pub mod call;
 pub mod capsule;
 pub mod entry;
 pub mod error;
+pub mod exchange_api;
 pub mod exporter;
+pub mod exporter_api;
 pub mod import;
 pub mod release;
 pub mod request;
 pub mod roots;
+pub mod torch;
 
 pub use error::{BridgeError, BridgeResult, ErrorCode};
 pub use exporter::Exporter;
