@@ -176,7 +176,9 @@ impl ElementType {
     /// packed sub-byte data, which arrives as a byte vector.
     pub fn code(self) -> u32 {
         match self {
-            Self::RawBytes { code, bits } => RAW_CODE_BASE + (u32::from(code) << 8) + u32::from(bits),
+            Self::RawBytes { code, bits } => {
+                RAW_CODE_BASE + (u32::from(code) << 8) + u32::from(bits)
+            }
             Self::PackedBits { .. } => 5,
             named => Self::NAMED
                 .iter()

@@ -39,7 +39,13 @@ fn each_target_holds_only_its_memory() {
     ] {
         let message = plan_for(descriptor, request).unwrap_err().to_string();
         assert!(message.contains(target), "{message}");
-        assert!(message.contains(&format!("type {}", descriptor.device.to_dlpack().device_type.0)), "{message}");
+        assert!(
+            message.contains(&format!(
+                "type {}",
+                descriptor.device.to_dlpack().device_type.0
+            )),
+            "{message}"
+        );
     }
     // Pinned and managed memory are host-readable and belong to CUDA: both targets take them.
     for kind in [DeviceKind::CudaHost, DeviceKind::CudaManaged] {
@@ -61,10 +67,16 @@ fn a_cuda_array_never_gets_a_copy_plan() {
         ..ArrayRequest::new(Target::CudaArray)
     };
     let compact = on(DeviceKind::Cuda, &[2, 3], &[3, 1]);
-    assert!(matches!(plan_for(&compact, &copy), Err(Error::DeviceCopyUnavailable { .. })));
+    assert!(matches!(
+        plan_for(&compact, &copy),
+        Err(Error::DeviceCopyUnavailable { .. })
+    ));
     // Empty tensors share nothing and need no copy.
     let empty = on(DeviceKind::Cuda, &[0, 3], &[3, 1]);
-    assert!(matches!(plan_for(&empty, &copy), Ok(LayoutPlan::Empty { .. })));
+    assert!(matches!(
+        plan_for(&empty, &copy),
+        Ok(LayoutPlan::Empty { .. })
+    ));
 }
 
 #[test]
@@ -74,11 +86,17 @@ fn typed_requests_check_element_type_and_rank_first() {
     assert!(matches!(plan_for(&t, &request), Ok(LayoutPlan::View(_))));
     request.element = Some(ElementType::Float64);
     let message = plan_for(&t, &request).unwrap_err().to_string();
-    assert!(message.contains("Float32, not the requested Float64"), "{message}");
+    assert!(
+        message.contains("Float32, not the requested Float64"),
+        "{message}"
+    );
     request.element = Some(ElementType::Float32);
     request.ndim = Some(3);
     let message = plan_for(&t, &request).unwrap_err().to_string();
-    assert!(message.contains("2 dimensions, not the requested 3"), "{message}");
+    assert!(
+        message.contains("2 dimensions, not the requested 3"),
+        "{message}"
+    );
     // Raw fp8 bytes are their own element type, not UInt8.
     let mut fp8 = t;
     fp8.element = ElementType::RawBytes { code: 10, bits: 8 };
@@ -112,16 +130,28 @@ fn typed_requests_get_a_plain_array_or_a_copy() {
     assert!(!view(&stepped, &producer));
     // Without typing, the same layouts are views.
     let untyped = ArrayRequest::new(Target::HostArray);
-    assert!(matches!(plan_for(&row_major, &untyped), Ok(LayoutPlan::View(_))));
-    assert!(matches!(plan_for(&stepped, &untyped), Ok(LayoutPlan::View(_))));
+    assert!(matches!(
+        plan_for(&row_major, &untyped),
+        Ok(LayoutPlan::View(_))
+    ));
+    assert!(matches!(
+        plan_for(&stepped, &untyped),
+        Ok(LayoutPlan::View(_))
+    ));
     // copy=false: the refusal says why.
     let never = typed(IndexOrder::Producer, CopyPolicy::Never);
     let message = plan_for(&row_major, &never).unwrap_err().to_string();
-    assert!(message.contains("dense array in the requested index order"), "{message}");
+    assert!(
+        message.contains("dense array in the requested index order"),
+        "{message}"
+    );
     // A copy of a read-only tensor is writable; a view is refused unless read-only is accepted.
     let mut read_only = column_major;
     read_only.read_only = true;
-    assert!(matches!(plan_for(&read_only, &producer), Err(Error::ReadOnly)));
+    assert!(matches!(
+        plan_for(&read_only, &producer),
+        Err(Error::ReadOnly)
+    ));
     let accepting = ArrayRequest {
         access: Access::ReadOnly,
         ..producer
@@ -129,7 +159,10 @@ fn typed_requests_get_a_plain_array_or_a_copy() {
     assert!(plan_for(&read_only, &accepting).is_ok());
     let mut stepped_read_only = stepped;
     stepped_read_only.read_only = true;
-    assert!(matches!(plan_for(&stepped_read_only, &producer), Ok(LayoutPlan::Copy { .. })));
+    assert!(matches!(
+        plan_for(&stepped_read_only, &producer),
+        Ok(LayoutPlan::Copy { .. })
+    ));
 }
 
 #[test]
@@ -138,7 +171,9 @@ fn the_flat_plan_carries_the_view_with_one_based_indices() {
     let mut t = on(DeviceKind::Cpu, &[3, 2], &[-8, 2]);
     t.read_only = true;
     let decided = plan(&t, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap();
-    let LayoutPlan::View(view) = &decided else { panic!("{decided:?}") };
+    let LayoutPlan::View(view) = &decided else {
+        panic!("{decided:?}")
+    };
     let flat = ArrayPlan::new(&t, &decided);
     assert_eq!(flat.plan_kind(), PlanKind::View);
     assert_eq!(flat.ndims, 2);
@@ -160,30 +195,57 @@ fn the_flat_plan_carries_the_view_with_one_based_indices() {
         assert_eq!(flat.permutation[p], view.permutation[p] as i64 + 1);
     }
     assert_eq!(&flat.dims[..2], &[3, 2]);
-    assert!(flat.dims[2..].iter().chain(&flat.parent_dims[2..]).all(|&x| x == 0));
+    assert!(
+        flat.dims[2..]
+            .iter()
+            .chain(&flat.parent_dims[2..])
+            .all(|&x| x == 0)
+    );
     // Filled in place over an older plan: every field but the unused entries is rewritten.
     let mut reused = flat;
     reused.tensor = 8 as *mut std::ffi::c_void;
     let empty = on(DeviceKind::Cpu, &[0], &[1]);
-    reused.fill(&empty, &plan(&empty, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap());
-    assert_eq!((reused.plan_kind(), reused.ndims, reused.dims[0]), (PlanKind::Empty, 1, 0));
+    reused.fill(
+        &empty,
+        &plan(&empty, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap(),
+    );
+    assert_eq!(
+        (reused.plan_kind(), reused.ndims, reused.dims[0]),
+        (PlanKind::Empty, 1, 0)
+    );
     assert!(reused.tensor.is_null());
-    assert_eq!((reused.read_only, reused.needs_permutation, reused.parent_address), (0, 0, 0));
+    assert_eq!(
+        (
+            reused.read_only,
+            reused.needs_permutation,
+            reused.parent_address
+        ),
+        (0, 0, 0)
+    );
 }
 
 #[test]
 fn the_flat_plan_of_copies_and_empties_has_dims_only() {
     let overlapping = on(DeviceKind::Cpu, &[3, 4], &[1, 1]);
-    let copy = ArrayPlan::new(&overlapping, &plan(&overlapping, IndexOrder::Reversed, CopyPolicy::IfNeeded).unwrap());
+    let copy = ArrayPlan::new(
+        &overlapping,
+        &plan(&overlapping, IndexOrder::Reversed, CopyPolicy::IfNeeded).unwrap(),
+    );
     assert_eq!(copy.plan_kind(), PlanKind::Copy);
     assert_eq!((copy.ndims, &copy.dims[..3]), (2, &[4, 3, 0][..]));
     assert_eq!((copy.parent_address, copy.read_only), (0, 0));
     let empty = on(DeviceKind::Cpu, &[0, 5, 2], &[10, 2, 1]);
-    let flat = ArrayPlan::new(&empty, &plan(&empty, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap());
+    let flat = ArrayPlan::new(
+        &empty,
+        &plan(&empty, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap(),
+    );
     assert_eq!(flat.plan_kind(), PlanKind::Empty);
     assert_eq!((flat.ndims, &flat.dims[..3]), (3, &[0, 5, 2][..]));
     // The C layout: 3 words, six arrays of MAX_NDIM words, three u32 and four u8, no padding.
     assert_eq!(MAX_NDIM, 32);
-    assert_eq!(std::mem::size_of::<ArrayPlan>(), 8 * 3 + 6 * 8 * 32 + 3 * 4 + 4);
+    assert_eq!(
+        std::mem::size_of::<ArrayPlan>(),
+        8 * 3 + 6 * 8 * 32 + 3 * 4 + 4
+    );
     assert_eq!(std::mem::align_of::<ArrayPlan>(), 8);
 }

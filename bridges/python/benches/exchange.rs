@@ -333,8 +333,7 @@ fn main() {
                     unsafe { rsdlpack_py_share(&array, result.as_mut_ptr(), std::ptr::null_mut()) };
                 assert_eq!(code, 0);
                 // SAFETY: written on success; a new reference we were just given.
-                let exporter =
-                    unsafe { Bound::from_owned_ptr(py, result.assume_init().exporter) };
+                let exporter = unsafe { Bound::from_owned_ptr(py, result.assume_init().exporter) };
                 drop(black_box(from_dlpack.call1((&exporter,)).unwrap()));
             }),
         ]);

@@ -374,7 +374,8 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<ExportSpec> {
         .map(|&d| usize::try_from(d))
         .collect::<Result<_, _>>()
         .map_err(|_| BridgeError::Argument("rsdlpack_py_share: a dim is negative".into()))?;
-    let strides: rsdlpack::DimVec<isize> = read(array.strides).iter().map(|&s| s as isize).collect();
+    let strides: rsdlpack::DimVec<isize> =
+        read(array.strides).iter().map(|&s| s as isize).collect();
     let order = match array.order {
         0 => IndexOrder::Producer,
         1 => IndexOrder::Reversed,

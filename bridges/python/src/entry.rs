@@ -108,7 +108,9 @@ pub(crate) fn trampoline(error_out: ErrorOut, body: impl FnOnce() -> BridgeResul
     }
 }
 
-pub(crate) fn with_python<T>(body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>) -> BridgeResult<T> {
+pub(crate) fn with_python<T>(
+    body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>,
+) -> BridgeResult<T> {
     Python::try_attach(|py| {
         release::drain(py);
         body(py)
