@@ -61,11 +61,7 @@ impl RsdlPlanOptions {
             1 => Target::CudaArray,
             other => return Err(bad("target (0 host, 1 CUDA)", other.into())),
         };
-        let order = match self.order {
-            0 => IndexOrder::Producer,
-            1 => IndexOrder::Reversed,
-            other => return Err(bad("order (0 producer, 1 reversed)", other.into())),
-        };
+        let order = index_order(self.order)?;
         let policy = match self.copy {
             -1 => CopyPolicy::IfNeeded,
             0 => CopyPolicy::Never,
@@ -98,6 +94,17 @@ impl RsdlPlanOptions {
             element,
             ndim,
         })
+    }
+}
+
+/// The index order a C caller names: 0 the producer's, 1 reversed.
+fn index_order(code: u32) -> BridgeResult<IndexOrder> {
+    match code {
+        0 => Ok(IndexOrder::Producer),
+        1 => Ok(IndexOrder::Reversed),
+        other => Err(BridgeError::Argument(format!(
+            "order must be 0 (producer) or 1 (reversed), got {other}"
+        ))),
     }
 }
 
@@ -376,15 +383,7 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<ExportSpec> {
         .map_err(|_| BridgeError::Argument("rsdlpack_py_share: a dim is negative".into()))?;
     let strides: rsdlpack::DimVec<isize> =
         read(array.strides).iter().map(|&s| s as isize).collect();
-    let order = match array.order {
-        0 => IndexOrder::Producer,
-        1 => IndexOrder::Reversed,
-        other => {
-            return Err(BridgeError::Argument(format!(
-                "order must be 0 (producer) or 1 (reversed), got {other}"
-            )));
-        }
-    };
+    let order = index_order(array.order)?;
     let device = Device::from_dlpack(DLDevice {
         device_type: DLDeviceType(array.device_type),
         device_id: array.device_id,

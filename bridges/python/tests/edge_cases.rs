@@ -7,11 +7,9 @@ mod common;
 use common::*;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensorVersioned, DLPackVersion};
+use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLPackVersion};
 use rsdlpack::layout::{CopyPolicy, LayoutPlan, MISALIGNED, plan};
-use rsdlpack::{
-    Device, ElementType, ErrorKind, ExportSpec, ImportedTensor, IndexOrder, ManagedTensor,
-};
+use rsdlpack::{Device, ElementType, ErrorKind, ImportedTensor, IndexOrder, ManagedTensor};
 use rsdlpack_python::{BridgeError, ErrorCode, Exporter, ImportRequest, import};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -23,23 +21,8 @@ fn owned_tensor(
     device: Device,
     len: usize,
 ) -> (ImportedTensor, Arc<AtomicUsize>) {
-    let data = vec![0u64; len.max(1)];
-    let count = Arc::new(AtomicUsize::new(0));
-    let spec = ExportSpec::from_julia_layout(
-        data.as_ptr() as usize,
-        device,
-        element,
-        &[len],
-        &[1],
-        IndexOrder::Producer,
-    )
-    .unwrap();
-    let owner = (data, Counted(Arc::clone(&count)));
-    let managed = rsdlpack::export::export_versioned(&spec, owner, 3).unwrap();
-    let raw: *mut DLManagedTensorVersioned = managed.into_raw();
-    // SAFETY: just built and handed over.
-    let tensor =
-        ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap()).unwrap();
+    let (tensor, count, _) =
+        owned_tensor_over(vec![0u64; len.max(1)], device, element, &[len], &[1]);
     (tensor, count)
 }
 

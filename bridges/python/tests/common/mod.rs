@@ -45,9 +45,13 @@ impl Drop for Counted {
     }
 }
 
-/// A Rust-owned Float32 tensor (owning `data`) as an `ImportedTensor`, with a release counter.
-pub fn rust_tensor(
-    data: Vec<f32>,
+/// A Rust-owned tensor over `data` (which the tensor owns: `data`'s buffer must hold the
+/// elements `shape` and `strides` address), as an `ImportedTensor`, with a release counter and
+/// its address.
+pub fn owned_tensor_over<T: Send + 'static>(
+    data: Vec<T>,
+    device: Device,
+    element: ElementType,
     shape: &[usize],
     strides: &[isize],
 ) -> (ImportedTensor, Arc<AtomicUsize>, usize) {
@@ -55,8 +59,8 @@ pub fn rust_tensor(
     let address = data.as_ptr() as usize;
     let spec = ExportSpec::from_julia_layout(
         address,
-        Device::CPU,
-        ElementType::Float32,
+        device,
+        element,
         shape,
         strides,
         IndexOrder::Producer,
@@ -69,6 +73,15 @@ pub fn rust_tensor(
     let tensor =
         ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap()).unwrap();
     (tensor, count, address)
+}
+
+/// A Rust-owned Float32 tensor (owning `data`) as an `ImportedTensor`, with a release counter.
+pub fn rust_tensor(
+    data: Vec<f32>,
+    shape: &[usize],
+    strides: &[isize],
+) -> (ImportedTensor, Arc<AtomicUsize>, usize) {
+    owned_tensor_over(data, Device::CPU, ElementType::Float32, shape, strides)
 }
 
 pub fn releases(count: &Arc<AtomicUsize>) -> usize {
