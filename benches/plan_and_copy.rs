@@ -29,17 +29,19 @@ fn best_of<F: FnMut()>(runs: usize, mut f: F) -> Duration {
         .expect("at least one run")
 }
 
+/// A Float32 host tensor at `first_element` (DLPack order, strides in elements).
 fn descriptor(first_element: usize, shape: &[i64], strides: &[i64]) -> TensorDescriptor {
-    TensorDescriptor {
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let strides: Vec<isize> = strides.iter().map(|&s| s as isize).collect();
+    TensorDescriptor::from_julia_layout(
         first_element,
-        device: Device::CPU,
-        element: ElementType::Float32,
-        shape: rsdlpack::DimVec::from_slice(shape).unwrap(),
-        strides: rsdlpack::DimVec::from_slice(strides).unwrap(),
-        read_only: false,
-        is_copied: false,
-        version: None,
-    }
+        Device::CPU,
+        ElementType::Float32,
+        &dims,
+        &strides,
+        IndexOrder::Producer,
+    )
+    .unwrap()
 }
 
 /// Median ns of validate + plan for a raw tensor (never dereferenced: a fake address).

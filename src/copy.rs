@@ -210,14 +210,14 @@ pub unsafe fn copy_into(
     if out.is_empty() {
         return Ok(());
     }
-    let source = descriptor.first_element as *const u8;
-    if let ElementType::PackedBits { .. } = descriptor.element {
+    let source = descriptor.first_element() as *const u8;
+    if let ElementType::PackedBits { .. } = descriptor.element() {
         // SAFETY: validation guaranteed a compact layout of exactly this many bytes.
         unsafe { std::ptr::copy_nonoverlapping(source, out.as_mut_ptr(), out.len()) };
         return Ok(());
     }
     let (shape, strides) = ordered(descriptor, order);
-    let size = descriptor.element.size();
+    let size = descriptor.element().size();
     match Tiles::new(&shape, &strides) {
         // SAFETY: forwarded from this function's contract; `out` holds exactly
         // `element_count × size` bytes (checked above).
@@ -261,9 +261,9 @@ unsafe fn by_element_size(
 
 /// Refuses memory the host cannot read, before anything is allocated for it.
 fn check_host_readable(descriptor: &TensorDescriptor) -> Result<()> {
-    if !descriptor.device.kind.host_accessible() {
+    if !descriptor.device().kind.host_accessible() {
         return Err(Error::UnsupportedDevice {
-            device: descriptor.device.to_dlpack(),
+            device: descriptor.device().to_dlpack(),
             hint: " or copy it on the device first",
         });
     }
@@ -628,11 +628,11 @@ mod tests {
 
     #[test]
     fn device_memory_is_refused() {
-        let mut d = descriptor(64, &[2], &[1], ElementType::UInt32);
-        d.device = Device {
+        let cuda = Device {
             kind: crate::device::DeviceKind::Cuda,
             id: 0,
         };
+        let d = crate::test_support::descriptor_on(cuda, 64, &[2], &[1], ElementType::UInt32);
         // SAFETY: refused before any read.
         let result = unsafe { materialize(&d, IndexOrder::Producer) };
         assert!(matches!(result, Err(Error::UnsupportedDevice { .. })));

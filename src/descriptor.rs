@@ -7,6 +7,7 @@ use crate::dims::DimVec;
 pub use crate::dims::MAX_NDIM;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
+use crate::layout::IndexOrder;
 use dlpark::DlpackFlags;
 use dlpark::ffi::{DLPackVersion, DLTensor};
 
@@ -18,18 +19,24 @@ use dlpark::ffi::{DLPackVersion, DLTensor};
 /// the dense byte size fit in `isize`, and for a non-empty tensor so does the byte span (from
 /// the lowest to one past the highest byte it touches), which lies inside the address space.
 /// An empty tensor addresses nothing, so its strides are taken as they come.
+///
+/// The fields are private so that these invariants hold for every descriptor: one is made only
+/// by [`TensorDescriptor::validate`] (a foreign tensor), [`TensorDescriptor::from_julia_layout`]
+/// (an array to export), [`TensorDescriptor::compact`] (fresh memory), or derived from a valid
+/// one by the methods that restate it elsewhere ([`TensorDescriptor::copied_at`],
+/// [`TensorDescriptor::moved_to`]), which check again where the address changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorDescriptor {
     /// Address of the element at index (0, …, 0): `data + byte_offset`.
-    pub first_element: usize,
-    pub device: Device,
-    pub element: ElementType,
-    pub shape: DimVec<i64>,
-    pub strides: DimVec<i64>,
-    pub read_only: bool,
-    pub is_copied: bool,
-    /// `None` for a legacy (unversioned) tensor.
-    pub version: Option<DLPackVersion>,
+    first_element: usize,
+    device: Device,
+    element: ElementType,
+    shape: DimVec<i64>,
+    strides: DimVec<i64>,
+    read_only: bool,
+    is_copied: bool,
+    /// `None` for a legacy (unversioned) tensor, and for one described here.
+    version: Option<DLPackVersion>,
 }
 
 impl TensorDescriptor {
@@ -64,19 +71,10 @@ impl TensorDescriptor {
             let raw = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
             DimVec::from_slice(raw).expect("ndim checked against MAX_NDIM")
         };
-        if let Some(axis) = shape.iter().position(|&d| d < 0) {
-            return Err(Error::NegativeDimension {
-                axis,
-                value: shape[axis],
-            });
-        }
         let element = ElementType::from_dlpack(
             tensor.dtype,
             flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED),
         )?;
-        // Counted before anything multiplies extents: a zero anywhere makes the tensor empty,
-        // however large its other dimensions (an empty tensor is valid whatever they are).
-        let elements = element_count(&shape);
         let strides = if ndim == 0 {
             DimVec::new()
         } else if tensor.strides.is_null() {
@@ -88,45 +86,18 @@ impl TensorDescriptor {
                 });
             }
             // A non-empty tensor whose strides do not fit has an element count that does
-            // not either: it is refused just below.
+            // not either: `checked` refuses it.
             dense_strides(&shape, true)
         } else {
             // SAFETY: non-null and, by this function's contract, `ndim` readable values.
             let raw = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
             DimVec::from_slice(raw).expect("ndim checked against MAX_NDIM")
         };
-        let overflow = || extent_overflow(&shape, &strides);
-        let elements = elements.ok_or_else(overflow)?;
-        // A copy must be possible to describe: the dense size fits an isize (zero strides can
-        // make it far larger than the memory the tensor spans).
-        dense_size(elements, element).ok_or_else(overflow)?;
-        if let ElementType::PackedBits { code, bits } = element
-            && elements > 0
-            && !is_row_major_compact(&shape, &strides)
-        {
-            return Err(Error::PackedSubbyteLayout { code, bits });
-        }
-
         let first_element = usize::try_from(tensor.byte_offset)
             .ok()
             .and_then(|offset| (tensor.data as usize).checked_add(offset))
-            .ok_or_else(overflow)?;
-        if elements > 0 {
-            if tensor.data.is_null() {
-                return Err(Error::NullData { elements });
-            }
-            let (low, high) =
-                byte_extent(&shape, &strides, element, elements).ok_or_else(overflow)?;
-            let in_address_space = (first_element as i128 + low as i128) >= 0
-                && (first_element as i128 + high as i128) <= usize::MAX as i128;
-            if !in_address_space {
-                return Err(overflow());
-            }
-            // Alignment is not checked here: a misaligned tensor is valid DLPack (NumPy makes
-            // them), and whether one can be viewed is the layout planner's question.
-        }
-
-        Ok(Self {
+            .ok_or_else(|| extent_overflow(&shape, &strides))?;
+        Self {
             first_element,
             device: Device::from_dlpack(tensor.device),
             element,
@@ -135,7 +106,238 @@ impl TensorDescriptor {
             read_only: flags.contains(DlpackFlags::READ_ONLY),
             is_copied: flags.contains(DlpackFlags::IS_COPIED),
             version,
-        })
+        }
+        .checked(tensor.data.is_null())
+    }
+
+    /// Describes a Julia array for export: column-major dims and strides in elements, as
+    /// `size` and `strides` return them. `IndexOrder::Producer` keeps Julia's index order, so
+    /// `A[i, j]` is element `[i-1, j-1]` for the consumer; `Reversed` hands out the reversed
+    /// dims (a column-major `Array` then looks row-major-compact to the consumer). The same
+    /// checks as [`TensorDescriptor::validate`] apply.
+    pub fn from_julia_layout(
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        dims: &[usize],
+        strides: &[isize],
+        order: IndexOrder,
+    ) -> Result<Self> {
+        if dims.len() != strides.len() {
+            return Err(Error::DimsStridesMismatch {
+                dims: dims.len(),
+                strides: strides.len(),
+            });
+        }
+        if dims.len() > MAX_NDIM {
+            return Err(Error::BadRank {
+                ndim: dims.len() as i64,
+                max: MAX_NDIM,
+            });
+        }
+        let too_big = || Error::ExportExtentOverflow {
+            dims: dims.to_vec(),
+            strides: strides.to_vec(),
+        };
+        let mut shape = DimVec::new();
+        let mut dl_strides = DimVec::new();
+        for (&d, &s) in dims.iter().zip(strides) {
+            shape.push(i64::try_from(d).map_err(|_| too_big())?);
+            dl_strides.push(i64::try_from(s).map_err(|_| too_big())?);
+        }
+        if order == IndexOrder::Reversed {
+            shape.reverse();
+            dl_strides.reverse();
+        }
+        Self {
+            first_element,
+            device,
+            element,
+            shape,
+            strides: dl_strides,
+            read_only: false,
+            is_copied: false,
+            version: None,
+        }
+        .checked(first_element == 0)
+    }
+
+    /// A compact tensor of `shape` at `first_element` (row-major when `row_major`, else
+    /// column-major; packed sub-byte elements are always row-major bytes), writable, not
+    /// marked as a copy.
+    pub fn compact(
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        shape: &[i64],
+        row_major: bool,
+    ) -> Result<Self> {
+        let shape = DimVec::from_slice(shape).ok_or(Error::BadRank {
+            ndim: shape.len() as i64,
+            max: MAX_NDIM,
+        })?;
+        let packed = matches!(element, ElementType::PackedBits { .. });
+        Self {
+            first_element,
+            device,
+            element,
+            shape,
+            strides: dense_strides(&shape, row_major || packed),
+            read_only: false,
+            is_copied: false,
+            version: None,
+        }
+        .checked(first_element == 0)
+    }
+
+    /// The copy of this tensor that [`crate::copy::materialize`] made at `address` with
+    /// [`IndexOrder::Producer`]: same shape, column-major strides (packed sub-byte elements:
+    /// the row-major bytes the copy engine moves verbatim), ordinary host memory (whatever the
+    /// source was), writable, and marked as a copy.
+    pub fn copied_at(&self, address: usize) -> Self {
+        let packed = matches!(self.element, ElementType::PackedBits { .. });
+        // The dense size of a valid tensor fits in isize, and a fresh buffer holds it: the
+        // compact layout at `address` satisfies every invariant.
+        Self {
+            first_element: address,
+            device: Device::CPU,
+            element: self.element,
+            shape: self.shape,
+            strides: dense_strides(&self.shape, packed),
+            read_only: false,
+            is_copied: true,
+            version: None,
+        }
+    }
+
+    /// The same layout with its first element at `first_element` on `device` (the bytes were
+    /// moved there), writable and marked as a copy. Checked again: the address changed.
+    pub fn moved_to(&self, first_element: usize, device: Device) -> Result<Self> {
+        Self {
+            first_element,
+            device,
+            read_only: false,
+            is_copied: true,
+            version: None,
+            ..*self
+        }
+        .checked(first_element == 0)
+    }
+
+    /// The same tensor with the READ_ONLY property set as given.
+    pub fn with_read_only(self, read_only: bool) -> Self {
+        Self { read_only, ..self }
+    }
+
+    /// The same tensor with the IS_COPIED property set as given.
+    pub fn with_is_copied(self, is_copied: bool) -> Self {
+        Self { is_copied, ..self }
+    }
+
+    /// Checks the invariants (see the type's docs) of parts read from elsewhere; `data_is_null`
+    /// says whether the base address was null (only an empty tensor may have one).
+    fn checked(self, data_is_null: bool) -> Result<Self> {
+        let Self {
+            first_element,
+            element,
+            ref shape,
+            ref strides,
+            ..
+        } = self;
+        if let Some(axis) = shape.iter().position(|&d| d < 0) {
+            return Err(Error::NegativeDimension {
+                axis,
+                value: shape[axis],
+            });
+        }
+        let overflow = || extent_overflow(shape, strides);
+        // Counted before anything multiplies extents: a zero anywhere makes the tensor empty,
+        // however large its other dimensions (an empty tensor is valid whatever they are).
+        let elements = element_count(shape).ok_or_else(overflow)?;
+        // A copy must be possible to describe: the dense size fits an isize (zero strides can
+        // make it far larger than the memory the tensor spans).
+        dense_size(elements, element).ok_or_else(overflow)?;
+        if let ElementType::PackedBits { code, bits } = element
+            && elements > 0
+            && !is_row_major_compact(shape, strides)
+        {
+            return Err(Error::PackedSubbyteLayout { code, bits });
+        }
+        if elements > 0 {
+            if data_is_null {
+                return Err(Error::NullData { elements });
+            }
+            let (low, high) =
+                byte_extent(shape, strides, element, elements).ok_or_else(overflow)?;
+            let in_address_space = (first_element as i128 + low as i128) >= 0
+                && (first_element as i128 + high as i128) <= usize::MAX as i128;
+            if !in_address_space {
+                return Err(overflow());
+            }
+            // Alignment is not checked here: a misaligned tensor is valid DLPack (NumPy makes
+            // them), and whether one can be viewed is the layout planner's question.
+        }
+        Ok(self)
+    }
+
+    /// Address of the element at index (0, …, 0).
+    pub fn first_element(&self) -> usize {
+        self.first_element
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    pub fn element(&self) -> ElementType {
+        self.element
+    }
+
+    /// Extents, DLPack order.
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    /// Strides in elements, DLPack order, always explicit.
+    pub fn strides(&self) -> &[i64] {
+        &self.strides
+    }
+
+    /// Whether the producer marked the memory read-only.
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Whether the producer says the memory is a copy the consumer owns alone.
+    pub fn is_copied(&self) -> bool {
+        self.is_copied
+    }
+
+    /// The DLPack version the tensor came with; `None` for a legacy tensor or one described
+    /// here.
+    pub fn version(&self) -> Option<DLPackVersion> {
+        self.version
+    }
+
+    /// A descriptor made without any check, for tests that need malformed ones.
+    #[cfg(test)]
+    pub(crate) fn unchecked_for_tests(
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        shape: &[i64],
+        strides: &[i64],
+    ) -> Self {
+        Self {
+            first_element,
+            device,
+            element,
+            shape: DimVec::from_slice(shape).expect("test rank"),
+            strides: DimVec::from_slice(strides).expect("test rank"),
+            read_only: false,
+            is_copied: false,
+            version: None,
+        }
     }
 
     pub fn ndim(&self) -> usize {
@@ -474,6 +676,81 @@ mod tests {
         assert!(matches!(
             check(&strided, Some((1, 3)), DlpackFlags::empty()),
             Err(Error::PackedSubbyteLayout { code: 17, bits: 4 })
+        ));
+    }
+
+    #[test]
+    fn every_constructor_keeps_the_invariants() {
+        let julia = |address: usize, dims: &[usize], strides: &[isize], element| {
+            TensorDescriptor::from_julia_layout(
+                address,
+                Device::CPU,
+                element,
+                dims,
+                strides,
+                IndexOrder::Producer,
+            )
+        };
+        let f32 = ElementType::Float32;
+        assert!(matches!(
+            julia(0, &[2], &[1], f32),
+            Err(Error::NullData { elements: 2 })
+        ));
+        assert!(
+            matches!(
+                julia(4, &[3], &[-1], f32),
+                Err(Error::ExtentOverflow { .. })
+            ),
+            "reaches below address 0"
+        );
+        assert!(matches!(
+            julia(64, &[2, 3], &[1], f32),
+            Err(Error::DimsStridesMismatch { .. })
+        ));
+        assert!(matches!(
+            julia(64, &[usize::MAX], &[1], f32),
+            Err(Error::ExportExtentOverflow { .. })
+        ));
+        let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
+        assert!(matches!(
+            julia(64, &[3, 3], &[1, 3], fp4),
+            Err(Error::PackedSubbyteLayout { .. })
+        ));
+        let reversed = TensorDescriptor::from_julia_layout(
+            64,
+            Device::CPU,
+            f32,
+            &[3, 3],
+            &[3, 1],
+            IndexOrder::Reversed,
+        )
+        .unwrap();
+        assert_eq!(
+            (reversed.shape(), reversed.strides()),
+            (&[3, 3][..], &[1, 3][..])
+        );
+
+        assert!(matches!(
+            TensorDescriptor::compact(64, Device::CPU, f32, &[2, -1], true),
+            Err(Error::NegativeDimension { axis: 1, value: -1 })
+        ));
+        let compact = TensorDescriptor::compact(64, Device::CPU, f32, &[2, 3], false).unwrap();
+        assert_eq!(compact.strides(), [1, 2]);
+        assert!(matches!(
+            compact.moved_to(0, Device::CPU),
+            Err(Error::NullData { elements: 6 })
+        ));
+        let moved = compact
+            .with_read_only(true)
+            .moved_to(128, Device::CPU)
+            .unwrap();
+        assert_eq!(
+            (moved.first_element(), moved.read_only(), moved.is_copied()),
+            (128, false, true)
+        );
+        assert!(matches!(
+            compact.moved_to(usize::MAX - 4, Device::CPU),
+            Err(Error::ExtentOverflow { .. })
         ));
     }
 }

@@ -1,4 +1,6 @@
-//! Export: a managed tensor over memory owned elsewhere.
+//! Export: a managed tensor over memory owned elsewhere, restating a [`TensorDescriptor`] (a
+//! foreign tensor's, a copy's, or a Julia array's from [`TensorDescriptor::from_julia_layout`]):
+//! the descriptor's invariants make the result valid DLPack, so nothing is validated again.
 //!
 //! The memory's owner (a Julia root, a copy buffer, another managed tensor) is moved into the
 //! managed tensor's `manager_ctx` and dropped when the consumer calls the deleter. Shape and
@@ -7,216 +9,75 @@
 //!
 //! Versions: a versioned tensor claims the newest minor version the consumer accepts (its
 //! `max_version`, capped at ours), which must be at least the minor version that introduced
-//! every feature the tensor uses ([`ExportSpec::required_minor`]: DLPack 1.1 added the fp8,
+//! every feature the tensor uses ([`required_minor`]: DLPack 1.1 added the fp8,
 //! fp6 and fp4 dtype codes and the IS_SUBBYTE_TYPE_PADDED flag; READ_ONLY, IS_COPIED and the
 //! bool code are 1.0). A consumer that accepts less is refused ([`Error::VersionTooOld`]),
 //! rather than handed codes it was promised not to see. A legacy tensor cannot carry flags:
-//! READ_ONLY and IS_SUBBYTE_TYPE_PADDED change what the memory means, so a spec with either is
+//! READ_ONLY and IS_SUBBYTE_TYPE_PADDED change what the memory means, so a tensor with either is
 //! refused ([`Error::LegacyCannotCarry`]); IS_COPIED is only a hint that the consumer owns the
 //! memory alone, and is dropped.
 
 use crate::descriptor::TensorDescriptor;
-use crate::device::Device;
-use crate::dims::{DimVec, MAX_NDIM};
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
-use crate::layout::IndexOrder;
 use dlpark::allocation::Initialized;
 use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
 use dlpark::metadata::Dynamic;
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
 
-/// What an export describes, in DLPack order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExportSpec {
-    /// Address of the element at index (0, …, 0).
-    pub first_element: usize,
-    pub device: Device,
-    pub element: ElementType,
-    pub shape: DimVec<i64>,
-    /// In elements, DLPack order.
-    pub strides: DimVec<i64>,
-    pub read_only: bool,
-    pub is_copied: bool,
-}
-
-impl ExportSpec {
-    /// Describes a Julia array (column-major dims, strides in elements, as `size` and `strides`
-    /// return them). `IndexOrder::Producer` keeps Julia's index order, so `A[i, j]` is element
-    /// `[i-1, j-1]` for the consumer; `Reversed` hands out the reversed dims (a column-major
-    /// `Array` then looks row-major-compact to the consumer).
-    pub fn from_julia_layout(
-        first_element: usize,
-        device: Device,
-        element: ElementType,
-        dims: &[usize],
-        strides: &[isize],
-        order: IndexOrder,
-    ) -> Result<Self> {
-        if dims.len() != strides.len() {
-            return Err(Error::DimsStridesMismatch {
-                dims: dims.len(),
-                strides: strides.len(),
-            });
-        }
-        if dims.len() > MAX_NDIM {
-            return Err(Error::BadRank {
-                ndim: dims.len() as i64,
-                max: MAX_NDIM,
-            });
-        }
-        let too_big = || Error::ExportExtentOverflow {
-            dims: dims.to_vec(),
-            strides: strides.to_vec(),
-        };
-        let mut shape = DimVec::new();
-        let mut dl_strides = DimVec::new();
-        for (&d, &s) in dims.iter().zip(strides) {
-            shape.push(i64::try_from(d).map_err(|_| too_big())?);
-            dl_strides.push(i64::try_from(s).map_err(|_| too_big())?);
-        }
-        if order == IndexOrder::Reversed {
-            shape.reverse();
-            dl_strides.reverse();
-        }
-        Ok(Self {
-            first_element,
-            device,
-            element,
-            shape,
-            strides: dl_strides,
-            read_only: false,
-            is_copied: false,
-        })
-    }
-
-    /// The spec of an already validated tensor (to re-export it under a new owner).
-    pub fn of(descriptor: &TensorDescriptor) -> Self {
-        Self {
-            first_element: descriptor.first_element,
-            device: descriptor.device,
-            element: descriptor.element,
-            shape: descriptor.shape,
-            strides: descriptor.strides,
-            read_only: descriptor.read_only,
-            is_copied: descriptor.is_copied,
-        }
-    }
-
-    /// The spec of a copy of `descriptor` that [`crate::copy::materialize`] made at `address`
-    /// with [`IndexOrder::Producer`]: same shape, column-major strides (packed sub-byte
-    /// elements: the row-major bytes the copy engine moves verbatim), ordinary host memory
-    /// (whatever the source was), writable, and IS_COPIED.
-    pub fn of_copy(descriptor: &TensorDescriptor, address: usize) -> Self {
-        let packed = matches!(descriptor.element, ElementType::PackedBits { .. });
-        let strides = crate::descriptor::dense_strides(&descriptor.shape, packed);
-        Self {
-            first_element: address,
-            device: Device::CPU,
-            element: descriptor.element,
-            shape: descriptor.shape,
-            strides,
-            read_only: false,
-            is_copied: true,
-        }
-    }
-
-    /// The lowest DLPack 1.x minor version that can describe this spec, and the feature that
-    /// needs it (see the module docs).
-    pub fn required_minor(&self) -> (u32, &'static str) {
-        match self.element {
-            ElementType::RawBytes { bits, .. } if bits < 8 => (
-                1,
-                "a padded sub-byte dtype (fp6/fp4, IS_SUBBYTE_TYPE_PADDED)",
-            ),
-            ElementType::RawBytes { .. } => (1, "an fp8 dtype code"),
-            ElementType::PackedBits { .. } => (1, "a packed fp6/fp4 dtype code"),
-            _ => (0, "DLPack 1.0"),
-        }
-    }
-
-    fn flags(&self) -> DlpackFlags {
-        let mut flags = DlpackFlags::empty();
-        flags.set(DlpackFlags::READ_ONLY, self.read_only);
-        flags.set(DlpackFlags::IS_COPIED, self.is_copied);
-        if matches!(self.element, ElementType::RawBytes { bits, .. } if bits < 8) {
-            flags |= DlpackFlags::IS_SUBBYTE_TYPE_PADDED;
-        }
-        flags
-    }
-
-    fn initialize<M: ManagedTensorBase, O: Send + 'static>(
-        &self,
-        owner: O,
-    ) -> Result<Initialized<M, dlpark::allocation::dynamic::Metadata>> {
-        let mut initialized = Dynamic::new(&self.shape[..], &self.strides[..])
-            .initialize_as::<M>(Box::new(owner))
-            .map_err(|e| Error::ExportMetadata {
-                reason: e.to_string(),
-            })?;
-        initialized
-            .set_data(self.first_element as *mut std::ffi::c_void)
-            .set_device(self.device.to_dlpack())
-            .set_dtype(self.element.to_dlpack())
-            .set_byte_offset(0);
-        Ok(initialized)
+/// The lowest DLPack 1.x minor version that can describe `descriptor`, and the feature that
+/// needs it (see the module docs).
+pub fn required_minor(descriptor: &TensorDescriptor) -> (u32, &'static str) {
+    match descriptor.element() {
+        ElementType::RawBytes { bits, .. } if bits < 8 => (
+            1,
+            "a padded sub-byte dtype (fp6/fp4, IS_SUBBYTE_TYPE_PADDED)",
+        ),
+        ElementType::RawBytes { .. } => (1, "an fp8 dtype code"),
+        ElementType::PackedBits { .. } => (1, "a packed fp6/fp4 dtype code"),
+        _ => (0, "DLPack 1.0"),
     }
 }
 
-/// Builds a versioned managed tensor. `minor_version` is the newest 1.x minor version the
-/// consumer accepts; the tensor declares it, capped at what this library implements, and is
-/// refused if the spec needs a newer one (see the module docs). `owner` is dropped when the
-/// consumer calls the deleter, or here if the spec does not validate.
-pub fn export_versioned<O: Send + 'static>(
-    spec: &ExportSpec,
-    owner: O,
-    minor_version: u32,
-) -> Result<Managed<DLManagedTensorVersioned>> {
-    let managed = build_versioned(spec, owner, minor_version)?;
-    // SAFETY: the tensor was just built by us and its metadata lives in its own allocation.
-    unsafe {
-        TensorDescriptor::validate(managed.tensor(), Some(managed.version()), managed.flags())
-    }?;
-    Ok(managed)
+fn flags(descriptor: &TensorDescriptor) -> DlpackFlags {
+    let mut flags = DlpackFlags::empty();
+    flags.set(DlpackFlags::READ_ONLY, descriptor.read_only());
+    flags.set(DlpackFlags::IS_COPIED, descriptor.is_copied());
+    if matches!(descriptor.element(), ElementType::RawBytes { bits, .. } if bits < 8) {
+        flags |= DlpackFlags::IS_SUBBYTE_TYPE_PADDED;
+    }
+    flags
 }
 
-/// A validated tensor under a new owner (the same memory, shape, strides and flags), declared
-/// as the current DLPack version. Not validated again: the descriptor already was, and the
-/// tensor restates it.
-pub fn reexport_versioned<O: Send + 'static>(
+fn initialize<M: ManagedTensorBase, O: Send + 'static>(
     descriptor: &TensorDescriptor,
     owner: O,
-) -> Result<Managed<DLManagedTensorVersioned>> {
-    // SAFETY: a spec of a validated descriptor, unchanged.
-    unsafe {
-        export_versioned_prevalidated(
-            &ExportSpec::of(descriptor),
-            owner,
-            DLPackVersion::CURRENT.minor,
-        )
-    }
+) -> Result<Initialized<M, dlpark::allocation::dynamic::Metadata>> {
+    let mut initialized = Dynamic::new(descriptor.shape(), descriptor.strides())
+        .initialize_as::<M>(Box::new(owner))
+        .map_err(|e| Error::ExportMetadata {
+            reason: e.to_string(),
+        })?;
+    initialized
+        .set_data(descriptor.first_element() as *mut std::ffi::c_void)
+        .set_device(descriptor.device().to_dlpack())
+        .set_dtype(descriptor.element().to_dlpack())
+        .set_byte_offset(0);
+    Ok(initialized)
 }
 
-/// As [`export_versioned`], without validating the spec again.
-///
-/// # Safety
-/// `spec` must be [`ExportSpec::of`] or [`ExportSpec::of_copy`] of a validated descriptor, with
-/// at most its READ_ONLY or IS_COPIED flag changed: consumers read memory by what it says.
-pub unsafe fn export_versioned_prevalidated<O: Send + 'static>(
-    spec: &ExportSpec,
-    owner: O,
-    minor_version: u32,
-) -> Result<Managed<DLManagedTensorVersioned>> {
-    build_versioned(spec, owner, minor_version)
-}
-
-fn build_versioned<O: Send + 'static>(
-    spec: &ExportSpec,
+/// Builds a versioned managed tensor that restates `descriptor`. `minor_version` is the newest
+/// 1.x minor version the consumer accepts; the tensor declares it, capped at what this library
+/// implements, and is refused if the tensor needs a newer one (see the module docs). `owner` is
+/// dropped when the consumer calls the deleter, or here on an error. Nothing is validated
+/// again: a descriptor holds its invariants from construction.
+pub fn export_versioned<O: Send + 'static>(
+    descriptor: &TensorDescriptor,
     owner: O,
     minor_version: u32,
 ) -> Result<Managed<DLManagedTensorVersioned>> {
     let allowed_minor = minor_version.min(DLPackVersion::CURRENT.minor);
-    let (needed_minor, feature) = spec.required_minor();
+    let (needed_minor, feature) = required_minor(descriptor);
     if needed_minor > allowed_minor {
         // `owner` is dropped here, before returning, as on every error path.
         return Err(Error::VersionTooOld {
@@ -225,7 +86,7 @@ fn build_versioned<O: Send + 'static>(
             allowed_minor,
         });
     }
-    let mut initialized = spec.initialize::<DLManagedTensorVersioned, O>(owner)?;
+    let mut initialized = initialize::<DLManagedTensorVersioned, O>(descriptor, owner)?;
     let version = DLPackVersion {
         major: DLPackVersion::CURRENT.major,
         minor: allowed_minor,
@@ -235,22 +96,22 @@ fn build_versioned<O: Send + 'static>(
         .map_err(|e| Error::ExportMetadata {
             reason: e.to_string(),
         })?;
-    // SAFETY: the flags restate the spec: READ_ONLY and IS_COPIED come from the caller, who
-    // owns the memory and knows them; the sub-byte flag matches the element layout.
-    unsafe { initialized.set_flags_unchecked(spec.flags()) };
+    // SAFETY: the flags restate the descriptor: READ_ONLY and IS_COPIED as its maker said
+    // (the owner of the memory knows them); the sub-byte flag matches the element layout.
+    unsafe { initialized.set_flags_unchecked(flags(descriptor)) };
     // SAFETY: data lives as long as `owner`, which the tensor owns; shape and strides live in
-    // the tensor's own allocation. Callers validate it, or built it from a validated tensor.
+    // the tensor's own allocation and restate a descriptor, whose invariants make it valid.
     Ok(unsafe { initialized.finish() })
 }
 
-/// Builds a legacy managed tensor (for consumers that do not ask for a versioned one). A spec
-/// with flags that change what the memory means (READ_ONLY, IS_SUBBYTE_TYPE_PADDED) is
+/// Builds a legacy managed tensor (for consumers that do not ask for a versioned one). A
+/// tensor with flags that change what the memory means (READ_ONLY, IS_SUBBYTE_TYPE_PADDED) is
 /// refused: the legacy ABI has no flags (see the module docs).
 pub fn export_legacy<O: Send + 'static>(
-    spec: &ExportSpec,
+    descriptor: &TensorDescriptor,
     owner: O,
 ) -> Result<Managed<DLManagedTensor>> {
-    let flags = spec.flags();
+    let flags = flags(descriptor);
     let refusal = if flags.contains(DlpackFlags::READ_ONLY) {
         Some(("READ_ONLY", "read-only"))
     } else if flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED) {
@@ -265,22 +126,21 @@ pub fn export_legacy<O: Send + 'static>(
         // `owner` is dropped here, before returning, as on every error path.
         return Err(Error::LegacyCannotCarry { flag, property });
     }
-    let initialized = spec.initialize::<DLManagedTensor, O>(owner)?;
+    let initialized = initialize::<DLManagedTensor, O>(descriptor, owner)?;
     // SAFETY: as in `export_versioned`.
-    let managed = unsafe { initialized.finish() };
-    // SAFETY: as in `export_versioned`.
-    unsafe { TensorDescriptor::validate(managed.tensor(), None, managed.flags()) }?;
-    Ok(managed)
+    Ok(unsafe { initialized.finish() })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::Device;
+    use crate::layout::IndexOrder;
     use crate::test_support::CountingOwner;
 
     #[test]
     fn julia_layout_keeps_or_reverses_index_order() {
-        let producer = ExportSpec::from_julia_layout(
+        let producer = TensorDescriptor::from_julia_layout(
             64,
             Device::CPU,
             ElementType::Float64,
@@ -290,10 +150,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (&producer.shape[..], &producer.strides[..]),
+            (producer.shape(), producer.strides()),
             (&[2, 3][..], &[1, 2][..])
         );
-        let reversed = ExportSpec::from_julia_layout(
+        let reversed = TensorDescriptor::from_julia_layout(
             64,
             Device::CPU,
             ElementType::Float64,
@@ -303,7 +163,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (&reversed.shape[..], &reversed.strides[..]),
+            (reversed.shape(), reversed.strides()),
             (&[3, 2][..], &[2, 1][..])
         );
     }
@@ -311,7 +171,7 @@ mod tests {
     #[test]
     fn owner_is_dropped_once_by_the_deleter_and_metadata_is_explicit() {
         let data = [0f32; 6];
-        let spec = ExportSpec::from_julia_layout(
+        let spec = TensorDescriptor::from_julia_layout(
             data.as_ptr() as usize,
             Device::CPU,
             ElementType::Float32,
@@ -334,7 +194,7 @@ mod tests {
     #[test]
     fn flags_travel_and_legacy_refuses_read_only() {
         let data = [0u8; 4];
-        let mut spec = ExportSpec::from_julia_layout(
+        let spec = TensorDescriptor::from_julia_layout(
             data.as_ptr() as usize,
             Device::CPU,
             ElementType::UInt8,
@@ -342,8 +202,8 @@ mod tests {
             &[1],
             IndexOrder::Producer,
         )
-        .unwrap();
-        spec.read_only = true;
+        .unwrap()
+        .with_read_only(true);
         let (owner, count) = CountingOwner::new();
         let refused = export_legacy(&spec, owner).err();
         assert!(
@@ -374,21 +234,22 @@ mod tests {
 
     #[test]
     fn a_copy_is_column_major_host_memory_marked_copied() {
-        let mut source = crate::test_support::host_descriptor(
-            4096,
-            &[2, 3, 4],
-            &[12, 4, 1],
-            ElementType::Float32,
-        );
-        source.device = Device {
+        let managed_memory = Device {
             kind: crate::device::DeviceKind::CudaManaged,
             id: 0,
         };
-        source.read_only = true;
-        let spec = ExportSpec::of_copy(&source, 4096);
-        assert_eq!(spec.strides, vec![1, 2, 6]);
+        let source = TensorDescriptor::unchecked_for_tests(
+            4096,
+            managed_memory,
+            ElementType::Float32,
+            &[2, 3, 4],
+            &[12, 4, 1],
+        )
+        .with_read_only(true);
+        let spec = source.copied_at(4096);
+        assert_eq!(spec.strides(), [1, 2, 6]);
         assert_eq!(
-            (spec.device, spec.read_only, spec.is_copied),
+            (spec.device(), spec.read_only(), spec.is_copied()),
             (Device::CPU, false, true)
         );
     }
@@ -397,16 +258,16 @@ mod tests {
     fn copies_of_packed_and_of_huge_empty_tensors_describe_what_was_written() {
         let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
         let packed = crate::test_support::host_descriptor(4096, &[3, 5], &[5, 1], fp4);
-        let spec = ExportSpec::of_copy(&packed, 4096);
+        let spec = packed.copied_at(4096);
         assert_eq!(
-            spec.strides,
+            spec.strides(),
             [5, 1],
             "packed bytes are copied row-major, verbatim"
         );
         let (owner, _) = CountingOwner::new();
         assert!(
             export_versioned(&spec, owner, 3).is_ok(),
-            "the spec validates"
+            "the copy exports"
         );
         let empty = crate::test_support::host_descriptor(
             4096,
@@ -414,38 +275,41 @@ mod tests {
             &[0, 16, 4, 1],
             ElementType::Float32,
         );
-        let spec = ExportSpec::of_copy(&empty, 4096);
+        let spec = empty.copied_at(4096);
         assert_eq!(
-            spec.strides,
+            spec.strides(),
             [1, 1, 1 << 62, 0],
             "4·2^62 does not fit: 0 for an empty tensor"
         );
     }
 
     #[test]
-    fn invalid_specs_release_the_owner() {
-        let spec = ExportSpec::from_julia_layout(
+    fn an_array_at_a_null_address_is_refused_before_anything_is_exported() {
+        let refused = TensorDescriptor::from_julia_layout(
             0,
             Device::CPU,
             ElementType::Float32,
             &[2],
             &[1],
             IndexOrder::Producer,
-        )
-        .unwrap();
-        let (owner, count) = CountingOwner::new();
-        assert!(matches!(
-            export_versioned(&spec, owner, 3),
-            Err(Error::NullData { elements: 2 })
-        ));
-        assert_eq!(CountingOwner::releases(&count), 1);
+        );
+        assert!(matches!(refused, Err(Error::NullData { elements: 2 })));
+        let empty = TensorDescriptor::from_julia_layout(
+            0,
+            Device::CPU,
+            ElementType::Float32,
+            &[0],
+            &[1],
+            IndexOrder::Producer,
+        );
+        assert!(empty.is_ok(), "an empty array addresses nothing");
     }
 
     #[test]
     fn a_misaligned_spec_exports_as_it_is() {
         let data = [0u8; 24];
         let misaligned = (data.as_ptr() as usize).next_multiple_of(8) + 1;
-        let spec = ExportSpec::from_julia_layout(
+        let spec = TensorDescriptor::from_julia_layout(
             misaligned,
             Device::CPU,
             ElementType::Float64,
@@ -462,8 +326,8 @@ mod tests {
         assert_eq!(data_pointer, misaligned);
     }
 
-    fn byte_spec(element: ElementType, data: &[u8]) -> ExportSpec {
-        ExportSpec::from_julia_layout(
+    fn byte_spec(element: ElementType, data: &[u8]) -> TensorDescriptor {
+        TensorDescriptor::from_julia_layout(
             data.as_ptr() as usize,
             Device::CPU,
             element,
@@ -518,7 +382,7 @@ mod tests {
             (&padded, 1),
             (&packed, 1),
         ] {
-            assert_eq!(spec.required_minor().0, needed, "{spec:?}");
+            assert_eq!(required_minor(spec).0, needed, "{spec:?}");
             for allowed in 0..=4u32 {
                 let (owner, count) = CountingOwner::new();
                 let result = export_versioned(spec, owner, allowed);

@@ -109,7 +109,7 @@ mod tests {
         let imported =
             ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
                 .unwrap();
-        assert_eq!(imported.descriptor().shape, vec![2, 3]);
+        assert_eq!(imported.descriptor().shape(), vec![2, 3]);
         assert_eq!(CountingOwner::releases(&count), 0);
         drop(imported);
         assert_eq!(CountingOwner::releases(&count), 1);

@@ -31,7 +31,6 @@ pub use device::{Device, DeviceKind};
 pub use dims::{DimVec, MAX_NDIM};
 pub use dtype::ElementType;
 pub use error::{Error, ErrorKind, Result};
-pub use export::ExportSpec;
 pub use imported::{ImportedTensor, ManagedTensor};
 pub use layout::{Access, CopyPolicy, IndexOrder, LayoutPlan, ViewPlan};
 

@@ -2,7 +2,7 @@
 
 use crate::device::Device;
 use crate::dtype::ElementType;
-use crate::export::{ExportSpec, export_versioned};
+use crate::export::export_versioned;
 use dlpark::ffi::DLManagedTensorVersioned;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,16 +14,18 @@ pub fn host_descriptor(
     strides: &[i64],
     element: ElementType,
 ) -> crate::TensorDescriptor {
-    crate::TensorDescriptor {
-        first_element,
-        device: Device::CPU,
-        element,
-        shape: crate::DimVec::from_slice(shape).expect("test rank"),
-        strides: crate::DimVec::from_slice(strides).expect("test rank"),
-        read_only: false,
-        is_copied: false,
-        version: None,
-    }
+    descriptor_on(Device::CPU, first_element, shape, strides, element)
+}
+
+/// A descriptor on `device` built directly (no validation).
+pub fn descriptor_on(
+    device: Device,
+    first_element: usize,
+    shape: &[i64],
+    strides: &[i64],
+    element: ElementType,
+) -> crate::TensorDescriptor {
+    crate::TensorDescriptor::unchecked_for_tests(first_element, device, element, shape, strides)
 }
 
 /// An owner that counts how often it has been released.
@@ -53,15 +55,14 @@ pub fn counted_versioned(
     strides: &[i64],
 ) -> (*mut DLManagedTensorVersioned, Arc<AtomicUsize>) {
     static DATA: [f32; 64] = [0.0; 64];
-    let spec = ExportSpec {
-        first_element: DATA.as_ptr() as usize,
-        device: Device::CPU,
-        element: ElementType::Float32,
-        shape: crate::DimVec::filled(1, shape.len()).expect("test rank"),
-        strides: crate::DimVec::filled(1, shape.len()).expect("test rank"),
-        read_only: false,
-        is_copied: false,
-    };
+    let ones = vec![1; shape.len()];
+    let spec = crate::TensorDescriptor::unchecked_for_tests(
+        DATA.as_ptr() as usize,
+        Device::CPU,
+        ElementType::Float32,
+        &ones,
+        &ones,
+    );
     let (owner, count) = CountingOwner::new();
     let raw = export_versioned(&spec, owner, 3).unwrap().into_raw();
     // SAFETY: `raw` is ours; its shape and strides arrays have `shape.len()` entries.

@@ -137,12 +137,12 @@ mod tests {
         };
         assert!(matches!(described, Err(Error::NoCudaDriver)));
         assert!(matches!(ordered, Err(Error::NoCudaDriver)));
-        let mut on_device =
-            crate::test_support::host_descriptor(4096, &[4], &[1], crate::ElementType::Float32);
-        on_device.device = crate::Device {
+        let cuda = crate::Device {
             kind: crate::DeviceKind::Cuda,
             id: 0,
         };
+        let on_device =
+            crate::test_support::descriptor_on(cuda, 4096, &[4], &[1], crate::ElementType::Float32);
         // The cause leads: without a driver nothing can be said about the pointer, so the
         // answer is "no driver", not "the driver does not know this address".
         let checked = pointer::check_pointer(&on_device);

@@ -72,30 +72,30 @@ pub fn pointer_info(address: usize, ordinal: i32) -> Result<PointerInfo> {
 /// Without a usable driver the answer is that ([`Error::NoCudaDriver`] or
 /// [`Error::CudaInit`]), not a verdict on the pointer: nothing is known about it then.
 pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
-    let kind = descriptor.device.kind;
+    let kind = descriptor.device().kind;
     if !kind.is_cuda() {
         return Err(Error::NotCudaMemory {
-            device: descriptor.device.to_dlpack(),
+            device: descriptor.device().to_dlpack(),
         });
     }
     super::driver()?;
     let ordinal = if kind == DeviceKind::Cuda {
-        descriptor.device.id
+        descriptor.device().id
     } else {
         0
     };
     // With a driver, any failure (an ordinal that does not exist, an address it never saw)
     // means the tensor's claim is false.
-    let info = pointer_info(descriptor.first_element, ordinal).map_err(|cause| {
+    let info = pointer_info(descriptor.first_element(), ordinal).map_err(|cause| {
         Error::CudaPointerUnknown {
-            address: descriptor.first_element,
-            device: descriptor.device.to_dlpack(),
+            address: descriptor.first_element(),
+            device: descriptor.device().to_dlpack(),
             cause: Box::new(cause),
         }
     })?;
     let mismatch = match kind {
         DeviceKind::Cuda if info.memory_type != DEVICE => Some("device memory"),
-        DeviceKind::Cuda if info.device_ordinal != descriptor.device.id => {
+        DeviceKind::Cuda if info.device_ordinal != descriptor.device().id => {
             Some("memory of this device ordinal")
         }
         DeviceKind::CudaManaged if !info.managed => Some("managed (unified) memory"),
@@ -104,7 +104,7 @@ pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
     };
     match mismatch {
         Some(expected) => Err(Error::CudaPointerMismatch {
-            device: descriptor.device.to_dlpack(),
+            device: descriptor.device().to_dlpack(),
             expected,
             memory_type: info.memory_type,
             device_ordinal: info.device_ordinal,

@@ -21,7 +21,6 @@ use crate::descriptor::TensorDescriptor;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::ElementType;
 use crate::error::Error;
-use crate::test_support::host_descriptor;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, result, sys};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -40,9 +39,13 @@ fn device() -> Arc<CudaContext> {
 
 /// A Float32 descriptor of `shape`/`strides` (elements) at `address` on `device`.
 fn on(device: Device, address: u64, shape: &[i64], strides: &[i64]) -> TensorDescriptor {
-    let mut d = host_descriptor(address as usize, shape, strides, ElementType::Float32);
-    d.device = device;
-    d
+    crate::test_support::descriptor_on(
+        device,
+        address as usize,
+        shape,
+        strides,
+        ElementType::Float32,
+    )
 }
 
 const CUDA0: Device = Device {
@@ -336,8 +339,8 @@ fn copy_to_host_brings_compact_and_strided_device_tensors_back() {
     let read_back = |d: &TensorDescriptor| {
         // SAFETY: `d` addresses `slice`, which lives on device 0; `handle` is a live stream.
         let copy = unsafe { copy_to_host(d, handle) }.unwrap();
-        assert_eq!(copy.descriptor.device, Device::CPU);
-        assert!(copy.descriptor.is_copied && copy.descriptor.is_row_major_compact());
+        assert_eq!(copy.descriptor.device(), Device::CPU);
+        assert!(copy.descriptor.is_copied() && copy.descriptor.is_row_major_compact());
         let bytes = copy.buffer.as_slice();
         bytes
             .chunks_exact(4)

@@ -24,16 +24,16 @@ pub struct HostCopy {
 /// `stream` must be 1, 2 or a live `CUstream` of the tensor's device, and `descriptor` must
 /// describe live device memory (a validated import).
 pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<HostCopy> {
-    if descriptor.device.kind != crate::device::DeviceKind::Cuda {
+    if descriptor.device().kind != crate::device::DeviceKind::Cuda {
         return Err(Error::NotCudaMemory {
-            device: descriptor.device.to_dlpack(),
+            device: descriptor.device().to_dlpack(),
         });
     }
-    let _context = DeviceContext::enter(descriptor.device.id)?;
+    let _context = DeviceContext::enter(descriptor.device().id)?;
     let (low, high) = descriptor.byte_span();
     let span = AlignedBuffer::try_zeroed((high - low) as usize)?;
     if !span.is_empty() {
-        let source = (descriptor.first_element as i64 + low) as sys::CUdeviceptr;
+        let source = (descriptor.first_element() as i64 + low) as sys::CUdeviceptr;
         let (destination, bytes) = (span.as_ptr().cast(), span.len());
         // SAFETY: `span` holds exactly the bytes the tensor spans on the device; the source
         // range is the tensor's own extent (validated at import).
@@ -45,11 +45,7 @@ pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Resu
         let status = unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) };
         call(status, "cuStreamSynchronize")?;
     }
-    let mut on_host = *descriptor;
-    on_host.device = Device::CPU;
-    on_host.first_element = (span.as_ptr() as i64 - low) as usize;
-    on_host.read_only = false;
-    on_host.is_copied = true;
+    let on_host = descriptor.moved_to((span.as_ptr() as i64 - low) as usize, Device::CPU)?;
     if on_host.is_row_major_compact() {
         return Ok(HostCopy {
             buffer: span,
@@ -58,10 +54,16 @@ pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Resu
     }
     // SAFETY: `on_host` describes `span`, which we own and nobody writes.
     let buffer = unsafe { materialize(&on_host, IndexOrder::Reversed) }?;
-    on_host.first_element = buffer.as_ptr() as usize;
-    on_host.strides = crate::descriptor::dense_strides(&on_host.shape, true);
+    let compact = TensorDescriptor::compact(
+        buffer.as_ptr() as usize,
+        Device::CPU,
+        on_host.element(),
+        on_host.shape(),
+        true,
+    )?
+    .with_is_copied(true);
     Ok(HostCopy {
         buffer,
-        descriptor: on_host,
+        descriptor: compact,
     })
 }

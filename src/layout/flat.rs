@@ -87,9 +87,9 @@ impl ArrayPlan {
     /// writes it straight into the caller's memory). Sets every field but `tensor` (null) and
     /// the array entries past `ndims`, which keep whatever they held.
     pub fn fill(&mut self, descriptor: &TensorDescriptor, plan: &LayoutPlan) {
-        let device = descriptor.device.to_dlpack();
+        let device = descriptor.device().to_dlpack();
         self.tensor = std::ptr::null_mut();
-        self.element_code = descriptor.element.code();
+        self.element_code = descriptor.element().code();
         self.device_type = device.device_type.0;
         self.device_id = device.device_id;
         self.parent_address = 0;
@@ -117,9 +117,9 @@ impl ArrayPlan {
 
     fn fill_view(&mut self, descriptor: &TensorDescriptor, view: &ViewPlan) {
         self.parent_address = descriptor
-            .first_element
+            .first_element()
             .wrapping_add_signed(view.parent_byte_offset);
-        self.read_only = u8::from(descriptor.read_only);
+        self.read_only = u8::from(descriptor.read_only());
         self.needs_view = u8::from(!view.is_whole_parent());
         self.needs_permutation = u8::from(!view.is_identity_permutation());
         self.ndims = view.parent_dims.len() as i64;

@@ -92,7 +92,7 @@ pub fn check_access(
     plan: &LayoutPlan,
 ) -> Result<()> {
     let shares_memory = matches!(plan, LayoutPlan::View(_));
-    if descriptor.read_only && access == Access::Writable && shares_memory {
+    if descriptor.read_only() && access == Access::Writable && shares_memory {
         return Err(Error::ReadOnly);
     }
     Ok(())
@@ -156,7 +156,7 @@ impl ViewPlan {
             .iter()
             .map(|&d| d as i128)
             .product::<i128>()
-            * descriptor.element.size() as i128;
+            * descriptor.element().size() as i128;
         let (_, end) = descriptor.byte_span();
         let parent_end = self.parent_byte_offset as i128 + parent_bytes;
         (parent_end - i128::from(end)).max(0) as usize
@@ -201,7 +201,7 @@ pub fn plan(
     order: IndexOrder,
     policy: CopyPolicy,
 ) -> Result<LayoutPlan> {
-    if let ElementType::PackedBits { .. } = descriptor.element {
+    if let ElementType::PackedBits { .. } = descriptor.element() {
         // Validation guaranteed a compact layout: the data is one run of bytes.
         let bytes = descriptor.dense_byte_size();
         let dims = DimVec::filled(bytes, 1).expect("one dimension");
@@ -234,9 +234,9 @@ pub fn plan(
     if !descriptor.is_aligned() {
         return match policy {
             CopyPolicy::Never => Err(Error::Misaligned {
-                address: descriptor.first_element,
-                align: descriptor.element.alignment(),
-                element: descriptor.element.julia_name(),
+                address: descriptor.first_element(),
+                align: descriptor.element().alignment(),
+                element: descriptor.element().julia_name(),
             }),
             _ => Ok(LayoutPlan::Copy {
                 dims,
@@ -244,7 +244,7 @@ pub fn plan(
             }),
         };
     }
-    match plan_view(&shape, &strides, descriptor.element.size()) {
+    match plan_view(&shape, &strides, descriptor.element().size()) {
         Ok(view) => Ok(LayoutPlan::View(view)),
         Err(reason) if policy == CopyPolicy::IfNeeded => Ok(LayoutPlan::Copy { dims, reason }),
         Err(reason) => Err(Error::CopyRequired {
@@ -260,7 +260,10 @@ pub(crate) fn ordered(
     descriptor: &TensorDescriptor,
     order: IndexOrder,
 ) -> (DimVec<i64>, DimVec<i64>) {
-    let (mut shape, mut strides) = (descriptor.shape, descriptor.strides);
+    let (mut shape, mut strides) = (
+        DimVec::from_slice(descriptor.shape()).expect("validated rank"),
+        DimVec::from_slice(descriptor.strides()).expect("validated rank"),
+    );
     if order == IndexOrder::Reversed {
         shape.reverse();
         strides.reverse();

@@ -61,19 +61,19 @@ const NOT_DENSE: &str = "the typed form needs a dense array in the requested ind
 pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result<LayoutPlan> {
     check_type(descriptor, request)?;
     let on_target = match request.target {
-        Target::HostArray => descriptor.device.kind.host_accessible(),
-        Target::CudaArray => descriptor.device.kind.is_cuda(),
+        Target::HostArray => descriptor.device().kind.host_accessible(),
+        Target::CudaArray => descriptor.device().kind.is_cuda(),
     };
     if !on_target {
         return Err(Error::NotOnTarget {
-            device: descriptor.device.to_dlpack(),
+            device: descriptor.device().to_dlpack(),
             target: match request.target {
                 Target::HostArray => "a host array (Array)",
                 Target::CudaArray => "a CUDA array (CuArray)",
             },
         });
     }
-    let policy = request.policy.given(descriptor.is_copied);
+    let policy = request.policy.given(descriptor.is_copied());
     let mut decided = plan(descriptor, request.order, policy)?;
     if request.dense
         && let LayoutPlan::View(view) = &decided
@@ -104,17 +104,17 @@ pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result
 /// Refuses a tensor whose element type or rank differ from what the caller named.
 fn check_type(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result<()> {
     if let Some(expected) = request.element
-        && expected.code() != descriptor.element.code()
+        && expected.code() != descriptor.element().code()
     {
         return Err(Error::TypeMismatch {
             expected: expected.julia_name_full(),
-            found: descriptor.element.julia_name_full(),
+            found: descriptor.element().julia_name_full(),
         });
     }
-    let ndim = match descriptor.element {
+    let ndim = match descriptor.element() {
         // A packed sub-byte tensor arrives as one byte vector whatever its shape.
         ElementType::PackedBits { .. } => 1,
-        _ => descriptor.shape.len(),
+        _ => descriptor.shape().len(),
     };
     if let Some(expected) = request.ndim
         && expected != ndim

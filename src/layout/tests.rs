@@ -346,8 +346,7 @@ proptest! {
 
 #[test]
 fn read_only_tensors_refuse_writable_views_but_not_copies() {
-    let mut d = descriptor(&[3], &[1], ElementType::Float32);
-    d.read_only = true;
+    let d = descriptor(&[3], &[1], ElementType::Float32).with_read_only(true);
     let view = plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap();
     assert!(matches!(
         check_access(&d, Access::Writable, &view),

@@ -3,12 +3,15 @@
 use super::*;
 use crate::device::{Device, DeviceKind};
 use crate::dims::MAX_NDIM;
-use crate::test_support::host_descriptor;
 
 fn on(kind: DeviceKind, shape: &[i64], strides: &[i64]) -> TensorDescriptor {
-    let mut d = host_descriptor(1 << 20, shape, strides, ElementType::Float32);
-    d.device = Device { kind, id: 0 };
-    d
+    crate::test_support::descriptor_on(
+        Device { kind, id: 0 },
+        1 << 20,
+        shape,
+        strides,
+        ElementType::Float32,
+    )
 }
 
 fn typed(order: IndexOrder, policy: CopyPolicy) -> ArrayRequest {
@@ -42,7 +45,7 @@ fn each_target_holds_only_its_memory() {
         assert!(
             message.contains(&format!(
                 "type {}",
-                descriptor.device.to_dlpack().device_type.0
+                descriptor.device().to_dlpack().device_type.0
             )),
             "{message}"
         );
@@ -98,13 +101,17 @@ fn typed_requests_check_element_type_and_rank_first() {
         "{message}"
     );
     // Raw fp8 bytes are their own element type, not UInt8.
-    let mut fp8 = t;
-    fp8.element = ElementType::RawBytes { code: 10, bits: 8 };
+    let fp8 = crate::test_support::host_descriptor(
+        t.first_element(),
+        t.shape(),
+        t.strides(),
+        ElementType::RawBytes { code: 10, bits: 8 },
+    );
     request.ndim = Some(2);
     request.element = Some(ElementType::UInt8);
     let message = plan_for(&fp8, &request).unwrap_err().to_string();
     assert!(message.contains("DLPackRaw{10, 8}"), "{message}");
-    request.element = Some(fp8.element);
+    request.element = Some(fp8.element());
     assert!(plan_for(&fp8, &request).is_ok());
 }
 
@@ -146,8 +153,7 @@ fn typed_requests_get_a_plain_array_or_a_copy() {
         "{message}"
     );
     // A copy of a read-only tensor is writable; a view is refused unless read-only is accepted.
-    let mut read_only = column_major;
-    read_only.read_only = true;
+    let read_only = column_major.with_read_only(true);
     assert!(matches!(
         plan_for(&read_only, &producer),
         Err(Error::ReadOnly)
@@ -157,8 +163,7 @@ fn typed_requests_get_a_plain_array_or_a_copy() {
         ..producer
     };
     assert!(plan_for(&read_only, &accepting).is_ok());
-    let mut stepped_read_only = stepped;
-    stepped_read_only.read_only = true;
+    let stepped_read_only = stepped.with_read_only(true);
     assert!(matches!(
         plan_for(&stepped_read_only, &producer),
         Ok(LayoutPlan::Copy { .. })
@@ -168,8 +173,7 @@ fn typed_requests_get_a_plain_array_or_a_copy() {
 #[test]
 fn the_flat_plan_carries_the_view_with_one_based_indices() {
     // A reversed, stepped row-major slice: a view, a permutation and ranges with negative steps.
-    let mut t = on(DeviceKind::Cpu, &[3, 2], &[-8, 2]);
-    t.read_only = true;
+    let t = on(DeviceKind::Cpu, &[3, 2], &[-8, 2]).with_read_only(true);
     let decided = plan(&t, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap();
     let LayoutPlan::View(view) = &decided else {
         panic!("{decided:?}")
@@ -185,7 +189,8 @@ fn the_flat_plan_carries_the_view_with_one_based_indices() {
     assert_eq!(flat.needs_permutation, 1);
     assert_eq!(
         flat.parent_address,
-        t.first_element.wrapping_add_signed(view.parent_byte_offset)
+        t.first_element()
+            .wrapping_add_signed(view.parent_byte_offset)
     );
     for p in 0..2 {
         assert_eq!(flat.parent_dims[p], view.parent_dims[p] as i64);

@@ -27,7 +27,7 @@
 use pyo3::ffi;
 use pyo3::prelude::*;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
-use rsdlpack::{Device, ElementType, ExportSpec, IndexOrder};
+use rsdlpack::{Device, ElementType, IndexOrder, TensorDescriptor};
 use rsdlpack_python::arrays::{
     RsdlArrayExport, RsdlImportResult, RsdlPlanOptions, RsdlShareResult, rsdlpack_imported_release,
     rsdlpack_py_import_plan, rsdlpack_py_share,
@@ -280,7 +280,7 @@ fn main() {
 
         println!("\n== export round trip (ns per call)");
         let data = vec![0f32; 256];
-        let spec = ExportSpec::from_julia_layout(
+        let spec = TensorDescriptor::from_julia_layout(
             data.as_ptr() as usize,
             Device::CPU,
             ElementType::Float32,

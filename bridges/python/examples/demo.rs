@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rsdlpack::copy::AlignedBuffer;
 use rsdlpack::layout::{CopyPolicy, IndexOrder, LayoutPlan, plan};
-use rsdlpack::{Device, ElementType, ExportSpec, ImportedTensor, ManagedTensor};
+use rsdlpack::{Device, ElementType, ImportedTensor, ManagedTensor, TensorDescriptor};
 use rsdlpack_python::{Exporter, ImportRequest, import};
 
 fn main() -> PyResult<()> {
@@ -50,17 +50,17 @@ fn main() -> PyResult<()> {
             };
             println!(
                 "  {name}: {:<7} shape {:?} strides {:?} {} at {:#x} (Python: {:#x}, same: {}) -> Julia view: {how}",
-                d.element.julia_name(),
-                d.shape,
-                d.strides,
-                if d.version.is_some() {
+                d.element().julia_name(),
+                d.shape(),
+                d.strides(),
+                if d.version().is_some() {
                     "versioned"
                 } else {
                     "legacy   "
                 },
-                d.first_element,
+                d.first_element(),
                 python_address,
-                d.first_element == python_address,
+                d.first_element() == python_address,
             );
         }
 
@@ -73,7 +73,7 @@ fn main() -> PyResult<()> {
             .enumerate()
             .for_each(|(i, v)| *v = i as f32);
         let address = buffer.as_ptr() as usize;
-        let spec = ExportSpec::from_julia_layout(
+        let spec = TensorDescriptor::from_julia_layout(
             address,
             Device::CPU,
             ElementType::Float32,

@@ -27,7 +27,7 @@ use rsdlpack::export::export_versioned;
 use rsdlpack::layout::{
     Access, ArrayPlan, ArrayRequest, CopyPolicy, IndexOrder, LayoutPlan, Target, plan_for,
 };
-use rsdlpack::{Device, ElementType, ExportSpec, ImportedTensor};
+use rsdlpack::{Device, ElementType, ImportedTensor, TensorDescriptor};
 use std::ffi::c_char;
 
 /// What the caller wants the tensor to become (see `rsdlpack::layout::ArrayRequest`).
@@ -350,7 +350,7 @@ pub unsafe extern "C" fn rsdlpack_py_share(
 
 /// # Safety
 /// As [`rsdlpack_py_share`]'s contract for `array`.
-unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<ExportSpec> {
+unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<TensorDescriptor> {
     let element = ElementType::from_code(array.element_code).ok_or_else(|| {
         BridgeError::Argument(format!("unknown element code {}", array.element_code))
     })?;
@@ -388,10 +388,15 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<ExportSpec> {
         device_type: DLDeviceType(array.device_type),
         device_id: array.device_id,
     });
-    let mut spec =
-        ExportSpec::from_julia_layout(array.address, device, element, &dims, &strides, order)?;
-    spec.read_only = array.read_only != 0;
-    Ok(spec)
+    let described = TensorDescriptor::from_julia_layout(
+        array.address,
+        device,
+        element,
+        &dims,
+        &strides,
+        order,
+    )?;
+    Ok(described.with_read_only(array.read_only != 0))
 }
 
 /// Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia

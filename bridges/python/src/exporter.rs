@@ -18,8 +18,8 @@ use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
-use rsdlpack::export::{export_legacy, export_versioned_prevalidated};
-use rsdlpack::{DeviceKind, ExportSpec, ImportedTensor, IndexOrder};
+use rsdlpack::export::{export_legacy, export_versioned};
+use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, TensorDescriptor};
 use std::sync::Arc;
 
 /// The tensor behind an exporter, and what keeps its memory alive.
@@ -62,9 +62,7 @@ impl Exporter {
         let (spec, owner) = self.prepare(stream, device, copy)?;
         match version {
             VersionRequest::Versioned { minor } => {
-                // SAFETY: every spec `prepare` makes is `ExportSpec::of`/`of_copy` of the
-                // validated source or of its validated host copy, at most with IS_COPIED cleared.
-                let tensor = unsafe { export_versioned_prevalidated(&spec, owner, minor) }?;
+                let tensor = export_versioned(&spec, owner, minor)?;
                 into_capsule(py, tensor)
             }
             VersionRequest::Legacy => into_capsule(py, export_legacy(&spec, owner)?),
@@ -80,26 +78,29 @@ impl Exporter {
     /// exchange API, [`crate::exporter_api`]). Device memory is made ready on the legacy
     /// default stream, which is what that API's `current_work_stream` reports for it.
     pub(crate) fn managed_no_sync(&self) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
-        let stream = match self.descriptor().device.kind {
+        let stream = match self.descriptor().device().kind {
             DeviceKind::Cuda => StreamRequest::LegacyDefault,
             _ => StreamRequest::Omitted,
         };
         let (spec, owner) = self.prepare(stream, None, None)?;
-        // SAFETY: as in `export`.
-        Ok(unsafe { export_versioned_prevalidated(&spec, owner, DLPackVersion::CURRENT.minor) }?)
+        Ok(export_versioned(
+            &spec,
+            owner,
+            DLPackVersion::CURRENT.minor,
+        )?)
     }
 
     /// Orders the legacy default stream after the stream that wrote a CUDA source (an event,
     /// no host wait); nothing for other devices.
     pub(crate) fn ready_on_default_stream(&self) -> BridgeResult<()> {
         let descriptor = self.descriptor();
-        if descriptor.device.kind != DeviceKind::Cuda {
+        if descriptor.device().kind != DeviceKind::Cuda {
             return Ok(());
         }
         let producer = self.source.stream.unwrap_or(1);
         // SAFETY: `producer` is the stream the exporter's creator named for this memory
         // (rsdlpack_py_export_with_stream's contract) or the legacy default stream (1).
-        Ok(unsafe { rsdlpack::cuda::order::order_streams(descriptor.device.id, producer, 1) }?)
+        Ok(unsafe { rsdlpack::cuda::order::order_streams(descriptor.device().id, producer, 1) }?)
     }
 
     /// The spec and owner of one export (see `__dlpack__`).
@@ -108,19 +109,19 @@ impl Exporter {
         stream: StreamRequest,
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
-    ) -> BridgeResult<(ExportSpec, CapsuleOwner)> {
+    ) -> BridgeResult<(TensorDescriptor, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
         // Only device → host copies are offered; any other device change is refused here.
-        let host_copy_of_device = descriptor.device.kind == DeviceKind::Cuda;
+        let host_copy_of_device = descriptor.device().kind == DeviceKind::Cuda;
         if let Some(wanted) = device.filter(|&d| {
-            d != descriptor.device && !(host_copy_of_device && d.kind == DeviceKind::Cpu)
+            d != descriptor.device() && !(host_copy_of_device && d.kind == DeviceKind::Cpu)
         }) {
             return Err(BridgeError::Buffer(format!(
                 "cannot export a tensor on {:?} to dl_device {wanted:?}",
-                descriptor.device
+                descriptor.device()
             )));
         }
-        match descriptor.device.kind {
+        match descriptor.device().kind {
             DeviceKind::Cuda => self.export_device(stream, device, copy),
             _ => self.export_host(stream, copy),
         }
@@ -130,9 +131,8 @@ impl Exporter {
 impl Exporter {
     /// A capsule over the source itself. Several capsules share the memory, so none may claim
     /// IS_COPIED (a private copy), whatever the source said.
-    fn shared(&self) -> (ExportSpec, CapsuleOwner) {
-        let mut spec = ExportSpec::of(self.source.tensor.descriptor());
-        spec.is_copied = false;
+    fn shared(&self) -> (TensorDescriptor, CapsuleOwner) {
+        let spec = self.source.tensor.descriptor().with_is_copied(false);
         (spec, CapsuleOwner::Shared(Arc::clone(&self.source)))
     }
 
@@ -140,9 +140,9 @@ impl Exporter {
         &self,
         stream: StreamRequest,
         copy: Option<bool>,
-    ) -> BridgeResult<(ExportSpec, CapsuleOwner)> {
+    ) -> BridgeResult<(TensorDescriptor, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
-        if descriptor.device.kind == DeviceKind::Cpu
+        if descriptor.device().kind == DeviceKind::Cpu
             && !matches!(stream, StreamRequest::Omitted | StreamRequest::NoSync)
         {
             return Err(BridgeError::Argument(format!(
@@ -158,7 +158,7 @@ impl Exporter {
         // leaves synchronising writers of shared memory to its users, and the copy moves plain
         // bytes, so a racing writer yields a mix of old and new values, never invalid ones.
         let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
-        let spec = ExportSpec::of_copy(descriptor, buffer.as_ptr() as usize);
+        let spec = descriptor.copied_at(buffer.as_ptr() as usize);
         Ok((spec, CapsuleOwner::Copy(buffer)))
     }
 
@@ -169,7 +169,7 @@ impl Exporter {
         stream: StreamRequest,
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
-    ) -> BridgeResult<(ExportSpec, CapsuleOwner)> {
+    ) -> BridgeResult<(TensorDescriptor, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
         let producer = self.source.stream.unwrap_or(1);
         match device {
@@ -177,13 +177,13 @@ impl Exporter {
                 if copy == Some(false) {
                     return Err(BridgeError::Buffer(format!(
                         "dl_device=(CPU, 0) needs a copy of this {:?} tensor but copy=False",
-                        descriptor.device
+                        descriptor.device()
                     )));
                 }
                 // SAFETY: `producer` is the stream the exporter's creator named for this memory
                 // (rsdlpack_py_export_with_stream's contract) or the legacy default stream.
                 let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
-                let spec = ExportSpec::of(&host.descriptor);
+                let spec = host.descriptor;
                 Ok((spec, CapsuleOwner::HostCopy(Box::new(host))))
             }
             _ if copy == Some(true) => Err(BridgeError::Buffer(
@@ -197,7 +197,7 @@ impl Exporter {
                     // will use, which the protocol requires to be live on this device.
                     unsafe {
                         rsdlpack::cuda::order::order_streams(
-                            descriptor.device.id,
+                            descriptor.device().id,
                             producer,
                             consumer,
                         )
@@ -235,7 +235,7 @@ impl Exporter {
     }
 
     fn __dlpack_device__(&self) -> (u32, i32) {
-        let device = self.source.tensor.descriptor().device.to_dlpack();
+        let device = self.source.tensor.descriptor().device().to_dlpack();
         (device.device_type.0, device.device_id)
     }
 
@@ -243,11 +243,11 @@ impl Exporter {
         let d = self.source.tensor.descriptor();
         format!(
             "rsdlpack.DLPackTensor(shape={:?}, strides={:?}, dtype={}, device={:?}, read_only={})",
-            d.shape,
-            d.strides,
-            d.element.julia_name(),
-            d.device,
-            d.read_only
+            d.shape(),
+            d.strides(),
+            d.element().julia_name(),
+            d.device(),
+            d.read_only()
         )
     }
 }

@@ -35,7 +35,7 @@ use rsdlpack::dlpark::ffi::{
     DLPackVersion, DLTensor,
 };
 use rsdlpack::{
-    Device, DeviceKind, DimVec, ElementType, ExportSpec, ImportedTensor, MAX_NDIM, ManagedTensor,
+    Device, DeviceKind, ElementType, ImportedTensor, MAX_NDIM, ManagedTensor, TensorDescriptor,
 };
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -166,13 +166,13 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(
         let object = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
         let exporter = exporter(&object, NAME)?.get();
         let d = exporter.descriptor();
-        if d.read_only {
+        if d.read_only() {
             return Err(BridgeError::Buffer(format!(
                 "{NAME}: this tensor is read-only and a DLTensor cannot say so; use \
                  managed_tensor_from_py_object_no_sync, which sets DLPack's READ_ONLY flag"
             )));
         }
-        if matches!(d.element, ElementType::RawBytes { bits, .. } if bits < 8) {
+        if matches!(d.element(), ElementType::RawBytes { bits, .. } if bits < 8) {
             return Err(BridgeError::Buffer(format!(
                 "{NAME}: this tensor stores a sub-byte type one element per byte, which only \
                  the managed tensor's IS_SUBBYTE_TYPE_PADDED flag can say; use \
@@ -181,14 +181,14 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(
         }
         exporter.ready_on_default_stream()?;
         let view = DLTensor {
-            data: d.first_element as *mut c_void,
-            device: d.device.to_dlpack(),
+            data: d.first_element() as *mut c_void,
+            device: d.device().to_dlpack(),
             ndim: i32::try_from(d.ndim()).expect("at most MAX_NDIM dims"),
-            dtype: d.element.to_dlpack(),
+            dtype: d.element().to_dlpack(),
             // The descriptor is boxed inside the exporter's shared source: these addresses
             // stay valid while the exporter lives. Consumers only read through them.
-            shape: d.shape.as_ptr().cast_mut(),
-            strides: d.strides.as_ptr().cast_mut(),
+            shape: d.shape().as_ptr().cast_mut(),
+            strides: d.strides().as_ptr().cast_mut(),
             byte_offset: 0,
         };
         // SAFETY: `out` is writable (checked non-null; contract).
@@ -363,16 +363,9 @@ unsafe fn allocate(
         })?;
     let buffer = AlignedBuffer::try_zeroed(bytes)
         .map_err(|e| Refusal(c"MemoryError", format!("{NAME}: {e}")))?;
-    let shape = DimVec::from_slice(shape).expect("ndim checked");
-    let spec = ExportSpec {
-        first_element: buffer.as_ptr() as usize,
-        device: Device::CPU,
-        element,
-        shape,
-        strides: rsdlpack::descriptor::dense_strides(&shape, true),
-        read_only: false,
-        is_copied: false,
-    };
-    rsdlpack::export::export_versioned(&spec, buffer, DLPackVersion::CURRENT.minor)
+    let described =
+        TensorDescriptor::compact(buffer.as_ptr() as usize, Device::CPU, element, shape, true)
+            .map_err(|e| invalid(e.to_string()))?;
+    rsdlpack::export::export_versioned(&described, buffer, DLPackVersion::CURRENT.minor)
         .map_err(|e| invalid(e.to_string()))
 }

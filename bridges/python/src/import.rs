@@ -65,7 +65,7 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
     if capsule::is_capsule(object) {
         // A capsule was made before we could ask for anything: check what it holds instead.
         let tensor = ImportedTensor::new(capsule::consume(object)?)?;
-        let on_device = !tensor.descriptor().device.kind.host_accessible();
+        let on_device = !tensor.descriptor().device().kind.host_accessible();
         if on_device && request.stream != StreamRequest::Omitted {
             return Err(BridgeError::Buffer(
                 "a bare DLPack capsule cannot order its data on the consumer's stream; pass the \
@@ -115,7 +115,7 @@ fn import_through_api(
     request: &ImportRequest,
 ) -> BridgeResult<Option<ImportedTensor>> {
     let tensor = ImportedTensor::new(api.managed_tensor_from_py_object(object)?)?;
-    let device = tensor.descriptor().device;
+    let device = tensor.descriptor().device();
     if request.device.is_some_and(|wanted| wanted != device) {
         return Ok(None);
     }
@@ -161,7 +161,7 @@ fn check_result(
     request: &ImportRequest,
     wanted_device: Option<Device>,
 ) -> BridgeResult<()> {
-    let found = tensor.descriptor().device;
+    let found = tensor.descriptor().device();
     if !request.accept_unknown_device_types {
         found.check_known()?;
     }
@@ -172,7 +172,7 @@ fn check_result(
             source()
         )));
     }
-    if copy == Some(false) && tensor.descriptor().is_copied {
+    if copy == Some(false) && tensor.descriptor().is_copied() {
         return Err(BridgeError::Buffer(format!(
             "copy=false was requested but {} holds a copy (IS_COPIED)",
             source()

@@ -13,7 +13,8 @@
 
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
-use rsdlpack::export::reexport_versioned;
+use rsdlpack::dlpark::ffi::DLPackVersion;
+use rsdlpack::export::export_versioned;
 use rsdlpack::{ImportedTensor, ManagedTensor};
 use std::os::raw::c_int;
 use std::sync::Mutex;
@@ -109,5 +110,9 @@ pub fn pending() -> usize {
 /// deleter releases the original under the GIL (see the module docs).
 pub fn rewrap(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
     let (managed, descriptor) = tensor.into_parts();
-    reexport_versioned(&descriptor, PythonProduced::new(managed))
+    export_versioned(
+        &descriptor,
+        PythonProduced::new(managed),
+        DLPackVersion::CURRENT.minor,
+    )
 }

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::{
-    Device, DeviceKind, ElementType, ExportSpec, ImportedTensor, IndexOrder, ManagedTensor,
+    Device, DeviceKind, ElementType, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor,
 };
 use rsdlpack_python::entry::{
     rsdlpack_cuda_describe_stream, rsdlpack_cuda_driver_available, rsdlpack_error_free,
@@ -25,7 +25,7 @@ fn fake_cuda_tensor() -> (*mut DLManagedTensorVersioned, Arc<AtomicUsize>) {
         kind: DeviceKind::Cuda,
         id: 0,
     };
-    let spec = ExportSpec::from_julia_layout(
+    let spec = TensorDescriptor::from_julia_layout(
         data.as_ptr() as usize,
         cuda,
         ElementType::Float32,

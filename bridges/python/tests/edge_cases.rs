@@ -71,7 +71,8 @@ fn a_misaligned_numpy_array_imports_and_the_planner_copies_it() {
             .expect("misalignment is not a validation error");
         let d = tensor.descriptor();
         assert_eq!(
-            d.first_element, address,
+            d.first_element(),
+            address,
             "zero-copy import: the producer's memory"
         );
         assert_eq!(address % 8, 1);
@@ -185,7 +186,7 @@ fn device_type_zero_and_unknown_types_are_refused_at_the_border_unless_opted_in(
             };
             let taken = import(exporter, &opted_in).expect("the caller opted in");
             assert_eq!(
-                taken.descriptor().device.to_dlpack().device_type.0,
+                taken.descriptor().device().to_dlpack().device_type.0,
                 device_type
             );
             drop((taken, capsule));
@@ -223,7 +224,7 @@ fn legacy_consumers_are_refused_padded_subbyte_tensors_with_the_way_out() {
 /// The minor version a versioned capsule claims: what `__dlpack__(max_version=…)` returned.
 fn claimed_version(capsule: &Bound<'_, PyAny>) -> DLPackVersion {
     let tensor = import(capsule, &ImportRequest::default()).unwrap();
-    tensor.descriptor().version.expect("a versioned capsule")
+    tensor.descriptor().version().expect("a versioned capsule")
 }
 
 #[test]

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rsdlpack::copy::AlignedBuffer;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
-use rsdlpack::{Device, ElementType, ExportSpec, ImportedTensor, IndexOrder, ManagedTensor};
+use rsdlpack::{Device, ElementType, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
 use rsdlpack_python::Exporter;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -28,7 +28,7 @@ fn aligned_tensor(
     }
     let address = buffer.as_ptr() as usize;
     let count = Arc::new(AtomicUsize::new(0));
-    let mut spec = ExportSpec::from_julia_layout(
+    let spec = TensorDescriptor::from_julia_layout(
         address,
         Device::CPU,
         ElementType::Float32,
@@ -36,8 +36,8 @@ fn aligned_tensor(
         strides,
         IndexOrder::Producer,
     )
-    .unwrap();
-    spec.read_only = read_only;
+    .unwrap()
+    .with_read_only(read_only);
     let managed =
         rsdlpack::export::export_versioned(&spec, (buffer, Counted(Arc::clone(&count))), 3)
             .unwrap();
@@ -216,7 +216,7 @@ fn a_byte_offset_is_honoured_both_ways() {
         let shifted =
             ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
                 .unwrap();
-        assert_eq!(shifted.descriptor().first_element, address + 12);
+        assert_eq!(shifted.descriptor().first_element(), address + 12);
         let g = with_exporter(
             py,
             shifted,
@@ -261,7 +261,7 @@ fn shared_capsules_never_claim_a_private_copy() {
             ..Default::default()
         };
         let copied = rsdlpack_python::import(&array, &request).unwrap();
-        assert!(copied.descriptor().is_copied);
+        assert!(copied.descriptor().is_copied());
         let rewrapped = rsdlpack_python::release::rewrap(copied).unwrap();
         // SAFETY: the rewrapped tensor is ours to hand over.
         let owned = ImportedTensor::new(
@@ -277,7 +277,7 @@ fn shared_capsules_never_claim_a_private_copy() {
         for name in ["first", "second"] {
             let capsule = g.get_item(name).unwrap().unwrap();
             let tensor = import_default(&capsule);
-            assert!(!tensor.descriptor().is_copied, "{name}");
+            assert!(!tensor.descriptor().is_copied(), "{name}");
         }
     });
 }

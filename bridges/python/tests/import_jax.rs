@@ -47,10 +47,10 @@ fn every_jax_dtype_scalars_and_empty_arrays_arrive_zero_copy_as_legacy_tensors()
                 .unwrap();
             let tensor = import_default(&array);
             let d = tensor.descriptor();
-            assert_eq!(d.element, element, "{name}");
-            assert_eq!(d.first_element, address, "{name}: same memory");
-            assert_eq!(d.shape, vec![3, 4], "{name}");
-            assert!(d.version.is_none(), "{name}: JAX exports legacy capsules");
+            assert_eq!(d.element(), element, "{name}");
+            assert_eq!(d.first_element(), address, "{name}: same memory");
+            assert_eq!(d.shape(), vec![3, 4], "{name}");
+            assert!(d.version().is_none(), "{name}: JAX exports legacy capsules");
             assert!(matches!(
                 plan(d, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
                 LayoutPlan::View(_)
@@ -73,7 +73,7 @@ fn every_jax_dtype_scalars_and_empty_arrays_arrive_zero_copy_as_legacy_tensors()
             ..Default::default()
         };
         let shared = rsdlpack_python::import(&x, &cpu).unwrap();
-        assert_eq!(shared.descriptor().first_element, address);
+        assert_eq!(shared.descriptor().first_element(), address);
 
         let scalar = run(
             py,

@@ -7,7 +7,7 @@ use common::*;
 use pyo3::prelude::*;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::layout::{CopyPolicy, IndexOrder, LayoutPlan, plan};
-use rsdlpack::{Device, DeviceKind, ElementType, ExportSpec};
+use rsdlpack::{Device, DeviceKind, ElementType, TensorDescriptor};
 use rsdlpack_python::{BridgeError, ImportRequest, import};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -58,15 +58,15 @@ fn every_numpy_dtype_arrives_zero_copy_with_its_element_type() {
             let tensor = import_default(&array);
             let (address, shape, strides) = numpy_layout(&array);
             let d = tensor.descriptor();
-            assert_eq!(d.element, element, "{name}");
-            assert_eq!(d.first_element, address, "{name}: same memory");
+            assert_eq!(d.element(), element, "{name}");
+            assert_eq!(d.first_element(), address, "{name}: same memory");
             assert_eq!(
-                (d.shape.to_vec(), d.strides.to_vec()),
+                (d.shape().to_vec(), d.strides().to_vec()),
                 (shape, strides),
                 "{name}"
             );
-            assert_eq!(d.device.kind, DeviceKind::Cpu);
-            assert!(d.version.is_some(), "NumPy exports versioned capsules");
+            assert_eq!(d.device().kind, DeviceKind::Cpu);
+            assert!(d.version().is_some(), "NumPy exports versioned capsules");
         }
     });
 }
@@ -101,9 +101,9 @@ fn every_layout_numpy_can_make_is_a_zero_copy_view() {
             let tensor = import_default(&array);
             let (address, shape, strides) = numpy_layout(&array);
             let d = tensor.descriptor();
-            assert_eq!(d.first_element, address, "{name}");
-            assert_eq!(d.shape, shape, "{name}");
-            for (k, (&s, &n)) in d.strides.iter().zip(&d.shape).enumerate() {
+            assert_eq!(d.first_element(), address, "{name}");
+            assert_eq!(d.shape(), shape, "{name}");
+            for (k, (&s, &n)) in d.strides().iter().zip(d.shape()).enumerate() {
                 assert!(n <= 1 || s == strides[k], "{name}: stride {k}");
             }
             for order in [IndexOrder::Producer, IndexOrder::Reversed] {
@@ -137,7 +137,7 @@ fn broadcast_arrays_need_a_copy_and_copy_false_says_so() {
     Python::attach(|py| {
         let array = run(py, "result = np.broadcast_to(np.arange(4.0), (3, 4))");
         let tensor = import_default(&array);
-        assert_eq!(tensor.descriptor().strides, vec![0, 1]);
+        assert_eq!(tensor.descriptor().strides(), vec![0, 1]);
         let err = plan(tensor.descriptor(), IndexOrder::Producer, CopyPolicy::Never).unwrap_err();
         assert!(err.to_string().contains("zero stride"), "{err}");
         assert!(matches!(
@@ -159,9 +159,9 @@ fn read_only_arrays_arrive_read_only() {
             py,
             "result = np.arange(4.0)\nresult.flags.writeable = False",
         );
-        assert!(import_default(&array).descriptor().read_only);
+        assert!(import_default(&array).descriptor().read_only());
         let writable = run(py, "result = np.arange(4.0)");
-        assert!(!import_default(&writable).descriptor().read_only);
+        assert!(!import_default(&writable).descriptor().read_only());
     });
 }
 
@@ -241,7 +241,7 @@ fn a_consumed_capsule_whose_tensor_fails_validation_is_released_once() {
         // negative dimension, so validation fails after the capsule was renamed "used".
         let data = vec![0f32; 4];
         let count = Arc::new(AtomicUsize::new(0));
-        let spec = ExportSpec::from_julia_layout(
+        let spec = TensorDescriptor::from_julia_layout(
             data.as_ptr() as usize,
             Device::CPU,
             ElementType::Float32,
@@ -298,7 +298,7 @@ fn capsules_are_consumed_once() {
         let before = refcount(&array);
         let capsule = array.call_method0("__dlpack__").unwrap();
         let tensor = import_default(&capsule);
-        assert_eq!(tensor.descriptor().shape, vec![3]);
+        assert_eq!(tensor.descriptor().shape(), vec![3]);
         let again = import(&capsule, &ImportRequest::default())
             .err()
             .expect("second use");
@@ -331,7 +331,7 @@ fn capsules_are_consumed_once() {
         };
         let right_device = array.call_method0("__dlpack__").unwrap();
         assert_eq!(
-            import(&right_device, &cpu).unwrap().descriptor().shape,
+            import(&right_device, &cpu).unwrap().descriptor().shape(),
             vec![3]
         );
         drop((wrong_device, right_device));
@@ -372,8 +372,8 @@ fn copy_requests_reach_numpy() {
             },
         )
         .unwrap();
-        assert!(copied.descriptor().is_copied);
-        assert_ne!(copied.descriptor().first_element, address);
+        assert!(copied.descriptor().is_copied());
+        assert_ne!(copied.descriptor().first_element(), address);
         let shared = import(
             &array,
             &ImportRequest {
@@ -382,7 +382,7 @@ fn copy_requests_reach_numpy() {
             },
         )
         .unwrap();
-        assert_eq!(shared.descriptor().first_element, address);
+        assert_eq!(shared.descriptor().first_element(), address);
     });
 }
 
@@ -394,9 +394,9 @@ fn producers_that_predate_max_version_are_asked_again_without_it() {
             "class Old:\n    calls = []\n    def __init__(self, a): self.a = a\n    def __dlpack__(self, stream=None):\n        Old.calls.append(stream)\n        return self.a.__dlpack__()\n    def __dlpack_device__(self): return self.a.__dlpack_device__()\nresult = Old(np.arange(5.0))",
         );
         let tensor = import_default(&old);
-        assert_eq!(tensor.descriptor().shape, vec![5]);
+        assert_eq!(tensor.descriptor().shape(), vec![5]);
         assert!(
-            tensor.descriptor().version.is_none(),
+            tensor.descriptor().version().is_none(),
             "NumPy answers a bare __dlpack__() with a legacy capsule"
         );
         let calls: Vec<Option<i64>> = old.getattr("calls").unwrap().extract().unwrap();

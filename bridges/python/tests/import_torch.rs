@@ -66,13 +66,13 @@ fn torch_tensors_of_every_dtype_come_through_the_c_exchange_api_zero_copy() {
             let tensor = tensor.unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(used, "{name}: the C exchange API was used");
             let d = tensor.descriptor();
-            assert_eq!(d.element, element, "{name}");
-            assert_eq!(d.first_element, data_ptr(&t), "{name}: same memory");
+            assert_eq!(d.element(), element, "{name}");
+            assert_eq!(d.first_element(), data_ptr(&t), "{name}: same memory");
             assert_eq!(
-                (d.shape.to_vec(), d.strides.to_vec()),
+                (d.shape().to_vec(), d.strides().to_vec()),
                 (vec![3, 3], vec![6, 2])
             );
-            assert_eq!(d.version, Some(DLPackVersion { major: 1, minor: 3 }));
+            assert_eq!(d.version(), Some(DLPackVersion { major: 1, minor: 3 }));
         }
     });
 }
@@ -107,7 +107,7 @@ fn requests_the_c_api_cannot_express_go_through_dunder_dlpack() {
         let tensor = tensor.unwrap();
         assert!(!used, "copy=True is asked of __dlpack__");
         // torch 2.15 copies but does not set IS_COPIED.
-        assert_ne!(tensor.descriptor().first_element, data_ptr(&t));
+        assert_ne!(tensor.descriptor().first_element(), data_ptr(&t));
 
         // dl_device=(CPU, 0) is where the tensor is: the C API serves it.
         let cpu = ImportRequest {
@@ -116,7 +116,7 @@ fn requests_the_c_api_cannot_express_go_through_dunder_dlpack() {
         };
         let (tensor, used) = import_counted(&t, &cpu);
         assert!(used);
-        assert_eq!(tensor.unwrap().descriptor().first_element, data_ptr(&t));
+        assert_eq!(tensor.unwrap().descriptor().first_element(), data_ptr(&t));
 
         // A CPU tensor with a stream request: nothing to order, the C API serves it.
         let stream = ImportRequest {
@@ -222,8 +222,8 @@ fn read_only_wrappers_import_read_only() {
         .unwrap();
         let wrapper = g.get_item("result").unwrap().unwrap();
         let tensor = import(&wrapper, &ImportRequest::default()).unwrap();
-        assert!(tensor.descriptor().read_only);
-        assert_eq!(tensor.descriptor().first_element, data_ptr(&source));
+        assert!(tensor.descriptor().read_only());
+        assert_eq!(tensor.descriptor().first_element(), data_ptr(&source));
     });
 }
 

@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
-use rsdlpack::{Device, ElementType, ExportSpec, ImportedTensor, IndexOrder, ManagedTensor};
+use rsdlpack::{Device, ElementType, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
 use rsdlpack_python::{ImportRequest, import};
 use std::ffi::CString;
 use std::sync::Arc;
@@ -57,7 +57,7 @@ pub fn owned_tensor_over<T: Send + 'static>(
 ) -> (ImportedTensor, Arc<AtomicUsize>, usize) {
     let count = Arc::new(AtomicUsize::new(0));
     let address = data.as_ptr() as usize;
-    let spec = ExportSpec::from_julia_layout(
+    let spec = TensorDescriptor::from_julia_layout(
         address,
         device,
         element,
