@@ -37,6 +37,8 @@ pub struct TensorDescriptor {
     is_copied: bool,
     /// `None` for a legacy (unversioned) tensor, and for one described here.
     version: Option<DLPackVersion>,
+    /// The product of `shape`, counted once by the checks.
+    elements: usize,
 }
 
 impl TensorDescriptor {
@@ -62,52 +64,59 @@ impl TensorDescriptor {
                 ndim: tensor.ndim.into(),
                 max: MAX_NDIM,
             })?;
-        let shape = if ndim == 0 {
-            DimVec::new()
-        } else if tensor.shape.is_null() {
+        if ndim > 0 && tensor.shape.is_null() {
             return Err(Error::NullShape { ndim });
-        } else {
-            // SAFETY: non-null and, by this function's contract, `ndim` readable values.
-            let raw = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
-            DimVec::from_slice(raw).expect("ndim checked against MAX_NDIM")
-        };
+        }
         let element = ElementType::from_dlpack(
             tensor.dtype,
             flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED),
         )?;
-        let strides = if ndim == 0 {
-            DimVec::new()
-        } else if tensor.strides.is_null() {
-            if let Some(v) = version.filter(|v| v.major == 1 && v.minor >= 2) {
-                return Err(Error::MissingStrides {
-                    major: v.major,
-                    minor: v.minor,
-                    ndim,
-                });
-            }
-            // A non-empty tensor whose strides do not fit has an element count that does
-            // not either: `checked` refuses it.
-            dense_strides(&shape, true)
-        } else {
-            // SAFETY: non-null and, by this function's contract, `ndim` readable values.
-            let raw = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
-            DimVec::from_slice(raw).expect("ndim checked against MAX_NDIM")
-        };
-        let first_element = usize::try_from(tensor.byte_offset)
-            .ok()
-            .and_then(|offset| (tensor.data as usize).checked_add(offset))
-            .ok_or_else(|| extent_overflow(&shape, &strides))?;
-        Self {
-            first_element,
+        // Built in place (a descriptor is large: the lists are filled, not moved).
+        let mut described = Self {
+            first_element: 0,
             device: Device::from_dlpack(tensor.device),
             element,
-            shape,
-            strides,
+            shape: DimVec::new(),
+            strides: DimVec::new(),
             read_only: flags.contains(DlpackFlags::READ_ONLY),
             is_copied: flags.contains(DlpackFlags::IS_COPIED),
             version,
+            elements: 0,
+        };
+        if ndim > 0 {
+            // SAFETY: non-null (checked above) and, by this function's contract, `ndim`
+            // readable values.
+            let shape = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
+            described
+                .shape
+                .extend_from_slice(shape)
+                .expect("ndim checked");
+            if tensor.strides.is_null() {
+                if let Some(v) = version.filter(|v| v.major == 1 && v.minor >= 2) {
+                    return Err(Error::MissingStrides {
+                        major: v.major,
+                        minor: v.minor,
+                        ndim,
+                    });
+                }
+                // A non-empty tensor whose strides do not fit has an element count that does
+                // not either: `check` refuses it.
+                described.strides = dense_strides(shape, true);
+            } else {
+                // SAFETY: non-null and, by this function's contract, `ndim` readable values.
+                let strides = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
+                described
+                    .strides
+                    .extend_from_slice(strides)
+                    .expect("ndim checked");
+            }
         }
-        .checked(tensor.data.is_null())
+        described.first_element = usize::try_from(tensor.byte_offset)
+            .ok()
+            .and_then(|offset| (tensor.data as usize).checked_add(offset))
+            .ok_or_else(|| extent_overflow(&described.shape, &described.strides))?;
+        described.check(tensor.data.is_null())?;
+        Ok(described)
     }
 
     /// Describes a Julia array for export: column-major dims and strides in elements, as
@@ -158,6 +167,7 @@ impl TensorDescriptor {
             read_only: false,
             is_copied: false,
             version: None,
+            elements: 0,
         }
         .checked(first_element == 0)
     }
@@ -186,6 +196,7 @@ impl TensorDescriptor {
             read_only: false,
             is_copied: false,
             version: None,
+            elements: 0,
         }
         .checked(first_element == 0)
     }
@@ -207,6 +218,7 @@ impl TensorDescriptor {
             read_only: false,
             is_copied: true,
             version: None,
+            elements: self.elements,
         }
     }
 
@@ -234,16 +246,23 @@ impl TensorDescriptor {
         Self { is_copied, ..self }
     }
 
-    /// Checks the invariants (see the type's docs) of parts read from elsewhere; `data_is_null`
-    /// says whether the base address was null (only an empty tensor may have one).
-    fn checked(self, data_is_null: bool) -> Result<Self> {
+    /// `self` once [`Self::check`]ed.
+    fn checked(mut self, data_is_null: bool) -> Result<Self> {
+        self.check(data_is_null)?;
+        Ok(self)
+    }
+
+    /// Checks the invariants (see the type's docs) of parts read from elsewhere, and counts the
+    /// elements; `data_is_null` says whether the base address was null (only an empty tensor
+    /// may have one).
+    fn check(&mut self, data_is_null: bool) -> Result<()> {
         let Self {
             first_element,
             element,
             ref shape,
             ref strides,
             ..
-        } = self;
+        } = *self;
         if let Some(axis) = shape.iter().position(|&d| d < 0) {
             return Err(Error::NegativeDimension {
                 axis,
@@ -277,7 +296,8 @@ impl TensorDescriptor {
             // Alignment is not checked here: a misaligned tensor is valid DLPack (NumPy makes
             // them), and whether one can be viewed is the layout planner's question.
         }
-        Ok(self)
+        self.elements = elements;
+        Ok(())
     }
 
     /// Address of the element at index (0, …, 0).
@@ -337,6 +357,7 @@ impl TensorDescriptor {
             read_only: false,
             is_copied: false,
             version: None,
+            elements: element_count(shape).expect("a test shape whose count fits"),
         }
     }
 
@@ -346,7 +367,7 @@ impl TensorDescriptor {
 
     /// Number of elements (the product of the shape; 1 for a 0-d tensor).
     pub fn element_count(&self) -> usize {
-        element_count(&self.shape).expect("validated shape")
+        self.elements
     }
 
     /// Whether the tensor is compact row-major (size-1 dimensions may carry any stride).
@@ -411,12 +432,12 @@ fn is_row_major_compact(shape: &[i64], strides: &[i64]) -> bool {
 /// The product of `shape`: 0 as soon as one dimension is 0, `None` on overflow. Dimensions
 /// are non-negative (checked before).
 fn element_count(shape: &[i64]) -> Option<usize> {
-    if shape.contains(&0) {
-        return Some(0);
+    let (mut product, mut empty) = (Some(1usize), false);
+    for &d in shape {
+        empty |= d == 0;
+        product = product.and_then(|p| p.checked_mul(d as usize));
     }
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+    if empty { Some(0) } else { product }
 }
 
 /// Bytes `elements` take densely, if that fits in `isize`.
@@ -441,17 +462,20 @@ fn byte_extent(
         let bytes = dense_size(elements, element)?;
         return Some((0, i64::try_from(bytes).ok()?));
     }
+    // Summed in elements, then scaled once: each end is a sum of same-sign terms, so it
+    // overflows in bytes exactly when a term or the sum would.
     let size = element.size() as i64;
     let (mut low, mut high) = (0i64, 0i64);
     for (&n, &s) in shape.iter().zip(strides) {
-        let reach = (n - 1).checked_mul(s)?.checked_mul(size)?;
+        let reach = (n - 1).checked_mul(s)?;
         if reach < 0 {
             low = low.checked_add(reach)?;
         } else {
             high = high.checked_add(reach)?;
         }
     }
-    let high = high.checked_add(size)?;
+    let low = low.checked_mul(size)?;
+    let high = high.checked_mul(size)?.checked_add(size)?;
     // Both ends fit in i64, so the difference fits in i128.
     (i128::from(high) - i128::from(low) <= isize::MAX as i128).then_some((low, high))
 }

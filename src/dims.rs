@@ -37,7 +37,35 @@ impl<T: Copy + Default> DimVec<T> {
 
     /// A copy of `values`; `None` when it has more than [`MAX_NDIM`] entries.
     pub fn from_slice(values: &[T]) -> Option<Self> {
-        (values.len() <= MAX_NDIM).then(|| values.iter().copied().collect())
+        let mut dims = Self::new();
+        dims.extend_from_slice(values)?;
+        Some(dims)
+    }
+
+    /// Grows to `len` entries with copies of `value` (in place; see `extend_from_slice`).
+    ///
+    /// # Panics
+    /// When `len` exceeds [`MAX_NDIM`] (see [`DimVec::push`]).
+    pub fn grow_to(&mut self, len: usize, value: T) {
+        for slot in &mut self.items[usize::from(self.len)..len] {
+            *slot = MaybeUninit::new(value);
+        }
+        self.len = self.len.max(len as u8);
+    }
+
+    /// Appends `values` in one copy (filling a `DimVec` in place, where moving a whole one
+    /// would copy every slot); `None`, and nothing appended, when they do not fit.
+    pub fn extend_from_slice(&mut self, values: &[T]) -> Option<()> {
+        let len = usize::from(self.len);
+        let free = &mut self.items[len..];
+        if values.len() > free.len() {
+            return None;
+        }
+        for (slot, &value) in free.iter_mut().zip(values) {
+            *slot = MaybeUninit::new(value);
+        }
+        self.len += values.len() as u8;
+        Some(())
     }
 
     /// Appends `value`.

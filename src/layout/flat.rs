@@ -5,7 +5,7 @@
 //! ctypes does too (test/python/rsdlpack_ctypes.py); `size_of` is checked by both. Julia
 //! indices are already 1-based here, so the glue only passes numbers on.
 
-use super::{LayoutPlan, ViewPlan};
+use super::{DimRange, LayoutPlan, ViewPlan};
 use crate::descriptor::TensorDescriptor;
 use crate::dims::MAX_NDIM;
 use std::ffi::c_void;
@@ -23,7 +23,7 @@ pub enum PlanKind {
 }
 
 /// The flat plan. Fixed-size arrays hold `ndims` meaningful entries (the rest are unspecified;
-/// 0 from [`ArrayPlan::new`]).
+/// 0 from [`ArrayPlan::zeroed`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ArrayPlan {
@@ -59,9 +59,10 @@ pub struct ArrayPlan {
 }
 
 impl ArrayPlan {
-    /// The flat form of `plan` for `descriptor`; `tensor` is left null for the bridge to set.
-    pub fn new(descriptor: &TensorDescriptor, plan: &LayoutPlan) -> Self {
-        let mut flat = Self {
+    /// A plan with every field zero (and a null handle), to be written by
+    /// [`decide`](super::decide).
+    pub fn zeroed() -> Self {
+        Self {
             tensor: std::ptr::null_mut(),
             parent_address: 0,
             ndims: 0,
@@ -78,62 +79,6 @@ impl ArrayPlan {
             read_only: 0,
             needs_view: 0,
             needs_permutation: 0,
-        };
-        flat.fill(descriptor, plan);
-        flat
-    }
-
-    /// Writes the flat form of `plan` into `self` in place (the struct is large: an import
-    /// writes it straight into the caller's memory). Sets every field but `tensor` (null) and
-    /// the array entries past `ndims`, which keep whatever they held.
-    pub fn fill(&mut self, descriptor: &TensorDescriptor, plan: &LayoutPlan) {
-        let device = descriptor.device().to_dlpack();
-        self.tensor = std::ptr::null_mut();
-        self.element_code = descriptor.element().code();
-        self.device_type = device.device_type.0;
-        self.device_id = device.device_id;
-        self.parent_address = 0;
-        self.read_only = 0;
-        self.needs_view = 0;
-        self.needs_permutation = 0;
-        match plan {
-            LayoutPlan::View(view) => {
-                self.kind = PlanKind::View as u8;
-                self.fill_view(descriptor, view);
-            }
-            LayoutPlan::Empty { dims } | LayoutPlan::Copy { dims, .. } => {
-                self.kind = if matches!(plan, LayoutPlan::Empty { .. }) {
-                    PlanKind::Empty
-                } else {
-                    PlanKind::Copy
-                } as u8;
-                self.ndims = dims.len() as i64;
-                for (out, &d) in self.dims.iter_mut().zip(dims.iter()) {
-                    *out = d as i64;
-                }
-            }
-        }
-    }
-
-    fn fill_view(&mut self, descriptor: &TensorDescriptor, view: &ViewPlan) {
-        self.parent_address = descriptor
-            .first_element()
-            .wrapping_add_signed(view.parent_byte_offset);
-        self.read_only = u8::from(descriptor.read_only());
-        self.needs_view = u8::from(!view.is_whole_parent());
-        self.needs_permutation = u8::from(!view.is_identity_permutation());
-        self.ndims = view.parent_dims.len() as i64;
-        // The planner bounds every dim, start and step by the parent's element count, which is
-        // at most isize::MAX: each fits an i64.
-        for (p, (&dim, range)) in view.parent_dims.iter().zip(view.ranges.iter()).enumerate() {
-            self.parent_dims[p] = dim as i64;
-            self.starts[p] = range.start as i64;
-            self.steps[p] = range.step as i64;
-            self.lengths[p] = range.len as i64;
-        }
-        for (k, &p) in view.permutation.iter().enumerate() {
-            self.permutation[k] = p as i64 + 1;
-            self.dims[k] = view.ranges[p].len as i64;
         }
     }
 
@@ -143,6 +88,39 @@ impl ArrayPlan {
             0 => PlanKind::View,
             1 => PlanKind::Empty,
             _ => PlanKind::Copy,
+        }
+    }
+
+    /// The readable form of this plan of `descriptor` (`reason`: why a copy, for copies).
+    pub(crate) fn readable(
+        &self,
+        descriptor: &TensorDescriptor,
+        reason: &'static str,
+    ) -> LayoutPlan {
+        let n = self.ndims as usize;
+        let dims = || self.dims[..n].iter().map(|&d| d as usize).collect();
+        match self.plan_kind() {
+            PlanKind::Empty => LayoutPlan::Empty { dims: dims() },
+            PlanKind::Copy => LayoutPlan::Copy {
+                dims: dims(),
+                reason,
+            },
+            PlanKind::View => LayoutPlan::View(ViewPlan {
+                parent_byte_offset: self.parent_address.wrapping_sub(descriptor.first_element())
+                    as isize,
+                parent_dims: self.parent_dims[..n].iter().map(|&d| d as usize).collect(),
+                ranges: (0..n)
+                    .map(|p| DimRange {
+                        start: self.starts[p] as usize,
+                        step: self.steps[p] as isize,
+                        len: self.lengths[p] as usize,
+                    })
+                    .collect(),
+                permutation: self.permutation[..n]
+                    .iter()
+                    .map(|&p| p as usize - 1)
+                    .collect(),
+            }),
         }
     }
 }

@@ -30,21 +30,23 @@
 //! never its parent. [`ViewPlan::parent_overhang`] says how many bytes that is.
 //!
 //! Planning takes O(ndim²) steps at most (sorting ≤ 32 dimensions; no loop depends on extent
-//! values) and allocates nothing: every per-dimension list is a [`DimVec`].
+//! values), allocates nothing, and writes its answer once, into the caller's [`ArrayPlan`]
+//! ([`decide`]); [`LayoutPlan`] is the same answer in readable form.
 
+mod decide;
 #[cfg(test)]
 mod exhaustive;
 mod flat;
 mod nest;
 mod target;
 
+pub use decide::Decision;
 pub use flat::{ArrayPlan, PlanKind};
-pub use target::{ArrayRequest, Target, plan_for};
+pub use target::{ArrayRequest, Target, decide, plan_for};
 
 use crate::descriptor::TensorDescriptor;
 use crate::dims::DimVec;
-use crate::dtype::ElementType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Which index of the Julia array corresponds to which DLPack index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,19 +87,6 @@ pub enum Access {
     ReadOnly,
 }
 
-/// Refuses a writable zero-copy view of a read-only tensor. A copy is always writable.
-pub fn check_access(
-    descriptor: &TensorDescriptor,
-    access: Access,
-    plan: &LayoutPlan,
-) -> Result<()> {
-    let shares_memory = matches!(plan, LayoutPlan::View(_));
-    if descriptor.read_only() && access == Access::Writable && shares_memory {
-        return Err(Error::ReadOnly);
-    }
-    Ok(())
-}
-
 /// One range of a `view`, in Julia's 1-based terms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DimRange {
@@ -107,14 +96,6 @@ pub struct DimRange {
 }
 
 impl DimRange {
-    fn full(len: usize) -> Self {
-        Self {
-            start: 1,
-            step: 1,
-            len,
-        }
-    }
-
     fn is_full_of(&self, parent_dim: usize) -> bool {
         self.start == 1 && self.step == 1 && self.len == parent_dim
     }
@@ -195,67 +176,19 @@ const PARENT_TOO_LARGE: &str = "the view's parent array would exceed isize::MAX 
 /// Why a view needs a copy because the data is not aligned for the element type.
 pub const MISALIGNED: &str = "misaligned: the data is not aligned for the element type";
 
-/// Decides how `descriptor` becomes a Julia array.
+/// Decides how `descriptor` becomes a Julia array, in readable form (the bridges use
+/// [`decide`], which writes the same decision straight into an [`ArrayPlan`]).
 pub fn plan(
     descriptor: &TensorDescriptor,
     order: IndexOrder,
     policy: CopyPolicy,
 ) -> Result<LayoutPlan> {
-    if let ElementType::PackedBits { .. } = descriptor.element() {
-        // Validation guaranteed a compact layout: the data is one run of bytes.
-        let bytes = descriptor.dense_byte_size();
-        let dims = DimVec::filled(bytes, 1).expect("one dimension");
-        if policy == CopyPolicy::Always {
-            return Ok(LayoutPlan::Copy {
-                dims,
-                reason: "a copy was requested",
-            });
-        }
-        return Ok(LayoutPlan::View(ViewPlan {
-            parent_byte_offset: 0,
-            parent_dims: dims,
-            ranges: DimVec::filled(DimRange::full(bytes), 1).expect("one dimension"),
-            permutation: DimVec::filled(0, 1).expect("one dimension"),
-        }));
-    }
-    let (shape, strides) = ordered(descriptor, order);
-    // Validated: dims are non-negative and their product fits in usize.
-    let dims: DimVec<usize> = shape.iter().map(|&n| n as usize).collect();
-    if dims.contains(&0) {
-        return Ok(LayoutPlan::Empty { dims });
-    }
-    if policy == CopyPolicy::Always {
-        return Ok(LayoutPlan::Copy {
-            dims,
-            reason: "a copy was requested",
-        });
-    }
-    // Every element is as misaligned as the first (strides count whole elements).
-    if !descriptor.is_aligned() {
-        return match policy {
-            CopyPolicy::Never => Err(Error::Misaligned {
-                address: descriptor.first_element(),
-                align: descriptor.element().alignment(),
-                element: descriptor.element().julia_name(),
-            }),
-            _ => Ok(LayoutPlan::Copy {
-                dims,
-                reason: MISALIGNED,
-            }),
-        };
-    }
-    match plan_view(&shape, &strides, descriptor.element().size()) {
-        Ok(view) => Ok(LayoutPlan::View(view)),
-        Err(reason) if policy == CopyPolicy::IfNeeded => Ok(LayoutPlan::Copy { dims, reason }),
-        Err(reason) => Err(Error::CopyRequired {
-            shape: shape.to_vec(),
-            strides: strides.to_vec(),
-            reason,
-        }),
-    }
+    let mut flat = ArrayPlan::zeroed();
+    let decision = decide::plan_into(descriptor, order, policy, &mut flat)?;
+    Ok(flat.readable(descriptor, decision.reason()))
 }
 
-/// Shape and strides in result order.
+/// Shape and strides in result order (for the copy engine and error messages).
 pub(crate) fn ordered(
     descriptor: &TensorDescriptor,
     order: IndexOrder,
@@ -269,119 +202,6 @@ pub(crate) fn ordered(
         strides.reverse();
     }
     (shape, strides)
-}
-
-/// The view for a non-empty, validated tensor, or why there is none. `shape`/`strides` in
-/// result order.
-fn plan_view(
-    shape: &[i64],
-    strides: &[i64],
-    element_size: usize,
-) -> std::result::Result<ViewPlan, &'static str> {
-    let ndim = shape.len();
-    // Dimensions of length ≥ 2 decide the layout; the stride of a length-1 dimension is never
-    // used to address anything, so it may be any value.
-    let mut varying: DimVec<usize> = (0..ndim).filter(|&k| shape[k] >= 2).collect();
-    if varying.iter().any(|&k| strides[k] == 0) {
-        return Err("a zero stride repeats elements");
-    }
-    varying.sort_unstable_by_key(|&k| (strides[k].unsigned_abs(), k));
-    let links: DimVec<nest::Link> = varying
-        .iter()
-        .map(|&k| nest::Link {
-            len: shape[k] as u64,
-            stride: strides[k].unsigned_abs(),
-        })
-        .collect();
-    let parent_strides = nest::nest(&links)?;
-    let mut rank_of = [usize::MAX; crate::dims::MAX_NDIM];
-    for (r, &k) in varying.iter().enumerate() {
-        rank_of[k] = r;
-    }
-
-    // Parent dims by rank; the parent's element count bounds every quantity derived below.
-    let mut varying_dims: DimVec<usize> = DimVec::new();
-    let mut parent_elements: u64 = 1;
-    for (r, link) in links.iter().enumerate() {
-        let dim = match parent_strides.get(r + 1) {
-            Some(next) => next / parent_strides[r],
-            None => (link.len - 1)
-                .checked_mul(link.stride / parent_strides[r])
-                .and_then(|reach| reach.checked_add(1))
-                .ok_or(PARENT_TOO_LARGE)?,
-        };
-        parent_elements = parent_elements.checked_mul(dim).ok_or(PARENT_TOO_LARGE)?;
-        varying_dims.push(dim as usize);
-    }
-    let fits = parent_elements
-        .checked_mul(element_size as u64)
-        .is_some_and(|bytes| bytes <= isize::MAX as u64);
-    if !fits {
-        return Err(PARENT_TOO_LARGE);
-    }
-
-    // Parent order: the varying dims by increasing stride, each length-1 dim placed right
-    // after the varying dim that precedes it in result order (so F-order stays identity).
-    // `group[k]`: 0 before any varying dim, else 1 + the rank of that preceding varying dim.
-    let mut group = [0usize; crate::dims::MAX_NDIM];
-    let mut current = 0;
-    for k in 0..ndim {
-        if rank_of[k] != usize::MAX {
-            current = rank_of[k] + 1;
-        }
-        group[k] = current;
-    }
-    let mut parent_order: DimVec<usize> = DimVec::new();
-    for g in 0..=varying.len() {
-        if g > 0 {
-            parent_order.push(varying[g - 1]);
-        }
-        for k in 0..ndim {
-            if rank_of[k] == usize::MAX && group[k] == g {
-                parent_order.push(k);
-            }
-        }
-    }
-
-    let mut parent_dims = DimVec::new();
-    let mut ranges = DimVec::new();
-    // Below `parent_elements` ≤ isize::MAX: no step, start or offset can overflow.
-    let mut offset_elements: isize = 0;
-    for &k in parent_order.iter() {
-        let r = rank_of[k];
-        if r == usize::MAX {
-            parent_dims.push(1);
-            ranges.push(DimRange::full(1));
-            continue;
-        }
-        let len = shape[k] as usize;
-        let step = (links[r].stride / parent_strides[r]) as usize;
-        parent_dims.push(varying_dims[r]);
-        if strides[k] > 0 {
-            ranges.push(DimRange {
-                start: 1,
-                step: step as isize,
-                len,
-            });
-        } else {
-            offset_elements -= ((len - 1) * links[r].stride as usize) as isize;
-            ranges.push(DimRange {
-                start: (len - 1) * step + 1,
-                step: -(step as isize),
-                len,
-            });
-        }
-    }
-    let mut permutation = DimVec::filled(0, ndim).expect("ndim ≤ MAX_NDIM");
-    for (position, &k) in parent_order.iter().enumerate() {
-        permutation[k] = position;
-    }
-    Ok(ViewPlan {
-        parent_byte_offset: offset_elements * element_size as isize,
-        parent_dims,
-        ranges,
-        permutation,
-    })
 }
 
 #[cfg(test)]

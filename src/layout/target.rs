@@ -1,12 +1,13 @@
 //! What the caller wants the tensor to become, and the decision for it.
 //!
-//! [`plan`](super::plan) answers for any host-readable layout; [`plan_for`] adds what depends on
+//! [`plan`](super::plan) answers for any host-readable layout; [`decide`] adds what depends on
 //! the target: which devices a target can hold, whether a copy can be made there, whether the
 //! caller named the element type and rank (Julia's typed `from_dlpack(Array{T,N}, x)`), and
 //! whether only a plain dense array will do. The bridges carry this request and the answer; they
 //! decide nothing themselves.
 
-use super::{Access, CopyPolicy, IndexOrder, LayoutPlan, check_access, plan};
+use super::decide::{Decision, copy, plan_into};
+use super::{Access, ArrayPlan, CopyPolicy, IndexOrder, LayoutPlan};
 use crate::descriptor::TensorDescriptor;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
@@ -57,16 +58,23 @@ impl ArrayRequest {
 /// Why a typed request wants a copy of a layout that has a view.
 const NOT_DENSE: &str = "the typed form needs a dense array in the requested index order";
 
-/// Decides how `descriptor` becomes the requested array, or why it cannot.
-pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result<LayoutPlan> {
+/// Decides how `descriptor` becomes the requested array, or why it cannot, and writes the
+/// whole answer into `out` (every field but the handle, which is left null, and the array
+/// entries past `ndims`, which keep whatever they held).
+pub fn decide(
+    descriptor: &TensorDescriptor,
+    request: &ArrayRequest,
+    out: &mut ArrayPlan,
+) -> Result<Decision> {
     check_type(descriptor, request)?;
+    let device = descriptor.device();
     let on_target = match request.target {
-        Target::HostArray => descriptor.device().kind.host_accessible(),
-        Target::CudaArray => descriptor.device().kind.is_cuda(),
+        Target::HostArray => device.kind.host_accessible(),
+        Target::CudaArray => device.kind.is_cuda(),
     };
     if !on_target {
         return Err(Error::NotOnTarget {
-            device: descriptor.device().to_dlpack(),
+            device: device.to_dlpack(),
             target: match request.target {
                 Target::HostArray => "a host array (Array)",
                 Target::CudaArray => "a CUDA array (CuArray)",
@@ -74,31 +82,41 @@ pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result
         });
     }
     let policy = request.policy.given(descriptor.is_copied());
-    let mut decided = plan(descriptor, request.order, policy)?;
-    if request.dense
-        && let LayoutPlan::View(view) = &decided
-        && !(view.is_whole_parent() && view.is_identity_permutation())
-    {
-        decided = match policy {
-            CopyPolicy::Never => {
-                let (shape, strides) = super::ordered(descriptor, request.order);
-                return Err(Error::CopyRequired {
-                    shape: shape.to_vec(),
-                    strides: strides.to_vec(),
-                    reason: NOT_DENSE,
-                });
-            }
-            _ => LayoutPlan::Copy {
-                dims: view.result_dims(),
+    let mut decision = plan_into(descriptor, request.order, policy, out)?;
+    let plain = out.needs_view == 0 && out.needs_permutation == 0;
+    if request.dense && decision == Decision::View && !plain {
+        if policy == CopyPolicy::Never {
+            let (shape, strides) = super::ordered(descriptor, request.order);
+            return Err(Error::CopyRequired {
+                shape: shape.to_vec(),
+                strides: strides.to_vec(),
                 reason: NOT_DENSE,
-            },
-        };
+            });
+        }
+        decision = copy(out, NOT_DENSE);
     }
-    if let (LayoutPlan::Copy { reason, .. }, Target::CudaArray) = (&decided, request.target) {
+    if let (Decision::Copy { reason }, Target::CudaArray) = (decision, request.target) {
         return Err(Error::DeviceCopyUnavailable { reason });
     }
-    check_access(descriptor, request.access, &decided)?;
-    Ok(decided)
+    // A copy is always writable; a view of read-only memory only for a caller who accepts it.
+    let shares_read_only = decision == Decision::View && descriptor.read_only();
+    if shares_read_only && request.access == Access::Writable {
+        return Err(Error::ReadOnly);
+    }
+    let dl_device = device.to_dlpack();
+    out.tensor = std::ptr::null_mut();
+    out.element_code = descriptor.element().code();
+    out.device_type = dl_device.device_type.0;
+    out.device_id = dl_device.device_id;
+    out.read_only = u8::from(shares_read_only);
+    Ok(decision)
+}
+
+/// [`decide`], in readable form.
+pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result<LayoutPlan> {
+    let mut flat = ArrayPlan::zeroed();
+    let decision = decide(descriptor, request, &mut flat)?;
+    Ok(flat.readable(descriptor, decision.reason()))
 }
 
 /// Refuses a tensor whose element type or rank differ from what the caller named.
@@ -114,7 +132,7 @@ fn check_type(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result<(
     let ndim = match descriptor.element() {
         // A packed sub-byte tensor arrives as one byte vector whatever its shape.
         ElementType::PackedBits { .. } => 1,
-        _ => descriptor.shape().len(),
+        _ => descriptor.ndim(),
     };
     if let Some(expected) = request.ndim
         && expected != ndim

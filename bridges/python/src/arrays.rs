@@ -25,7 +25,7 @@ use pyo3::{Bound, PyAny, ffi};
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLPackVersion};
 use rsdlpack::export::export_versioned;
 use rsdlpack::layout::{
-    Access, ArrayPlan, ArrayRequest, CopyPolicy, IndexOrder, LayoutPlan, Target, plan_for,
+    Access, ArrayPlan, ArrayRequest, CopyPolicy, Decision, IndexOrder, Target, decide,
 };
 use rsdlpack::{Device, ElementType, ImportedTensor, TensorDescriptor};
 use std::ffi::c_char;
@@ -139,8 +139,8 @@ impl Held {
 ///
 /// When `out->plan.kind` is 0 (a view) or 2 (a copy), `out->plan.tensor` is an owned handle
 /// for the release functions of this module; for 1 (empty) it is null and nothing is held. On
-/// error nothing is held either (the producer's deleter has run). `import_options` may be
-/// null (no stream, device or copy request to the producer).
+/// error nothing is held either (the producer's deleter has run) and `*out` means nothing.
+/// `import_options` may be null (no stream, device or copy request to the producer).
 ///
 /// # Safety
 /// `object` must be a live `PyObject*`; `plan_options` readable; `out` writable; `error_out`
@@ -176,13 +176,12 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan(
             let object: Bound<'_, PyAny> = unsafe { Bound::from_borrowed_ptr(py, object) };
             let tensor = import(&object, &import_request)?;
             // On error `tensor` drops here, under the GIL: its deleter runs now.
-            let decided = plan_for(tensor.descriptor(), &request)?;
-            // SAFETY: `out` is writable (checked non-null; caller's contract). Written in
-            // place, after everything that can fail: the struct is 1.6 KB.
+            // SAFETY: `out` is writable (checked non-null; caller's contract). The plan is
+            // written in place: the struct is 1.6 KB.
             let out = unsafe { &mut *out };
-            out.plan.fill(tensor.descriptor(), &decided);
+            let decision = decide(tensor.descriptor(), &request, &mut out.plan)?;
             out.released_roots = roots::released_count() as u64;
-            if !matches!(decided, LayoutPlan::Empty { .. }) {
+            if decision != Decision::Empty {
                 let held = Box::new(Held {
                     tensor,
                     order: request.order,
