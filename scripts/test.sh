@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust core, Python bridge against real NumPy/JAX (embedded and through
-# ctypes), a simulated Pkg install from a read-only copy, the jlrs bridge type-check, every .jl
-# file parsed and linted, and the Julia suite where Julia is.
+# ctypes), the C header (current, and its Julia and ctypes mirrors), a simulated Pkg install
+# from a read-only copy, the jlrs bridge type-check, every .jl file parsed and linted, and the
+# Julia suite where Julia is.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 
@@ -10,6 +11,9 @@ cargo fmt --all --check
 cargo fmt --manifest-path bridges/julia/Cargo.toml --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo clippy --quiet --workspace --all-targets --features rsdlpack-python/embed -- -D warnings
+
+echo "== C header: the Julia and ctypes mirrors against include/rsdlpack.h (the header itself: cargo test, c_header)"
+"$VENV/bin/python" scripts/check_mirrors.py
 
 echo "== Rust tests: core, and the Python bridge with an embedded interpreter"
 # Tests named without_a_driver_* assert what happens without a CUDA driver; where a driver

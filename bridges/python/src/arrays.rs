@@ -108,6 +108,12 @@ fn index_order(code: u32) -> BridgeResult<IndexOrder> {
     }
 }
 
+/// The most dims a tensor has here (`rsdlpack::MAX_NDIM`): the length of `RsdlArrayPlan`'s
+/// per-dimension arrays.
+// Repeated here for include/rsdlpack.h: cbindgen emits only this crate's constants.
+pub const RSDLPACK_MAX_NDIM: usize = 32;
+const _: () = assert!(RSDLPACK_MAX_NDIM == rsdlpack::MAX_NDIM);
+
 /// The answer of [`rsdlpack_py_import_plan`].
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,530 @@
+"""Checks the two hand mirrors of the C structs against the generated header.
+
+include/rsdlpack.h (cbindgen, from the Rust) is the reference. Its structs are parsed (field
+name, C type, array length) and laid out by ctypes, which follows the platform's C ABI. Then:
+
+- the ctypes classes of test/python/rsdlpack_ctypes.py: each header struct `RsdlX` must have a
+  class `X` whose `_fields_` have the same names in the same order, and the same kind (signed
+  or unsigned integer of a width, pointer, nested struct, fixed array), offset and size, and
+  the same struct size and alignment;
+- the Julia structs of julia/python_bridge.jl (parsed with tree-sitter-julia, Julia types
+  mapped to C sizes and alignments, laid out by C's rules, which Julia's isbits structs
+  follow): the same, for every header struct Julia passes to the library;
+- Julia's `MIRRORED_STRUCTS` (the order `rsdlpack_struct_size` numbers them in, which Julia
+  checks at load) against that function's documented numbering;
+- the plan kinds (`RSDL_PLAN_KIND_*`) against `PLAN_*` in Julia and ctypes.
+
+Names must match exactly (the mirrors use the Rust field names). Prints each mismatch, naming
+the struct, the field and both sides, and exits 1; exits 0 and prints a summary otherwise.
+
+    python scripts/check_mirrors.py [--header H] [--ctypes F] [--julia F ...]
+"""
+
+import argparse
+import ctypes
+import dataclasses
+import importlib.util
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HEADER = ROOT / "include" / "rsdlpack.h"
+CTYPES_MIRROR = ROOT / "test" / "python" / "rsdlpack_ctypes.py"
+JULIA_MIRRORS = (ROOT / "julia" / "python_bridge.jl", ROOT / "julia" / "arrays.jl")
+
+# Header name → mirror name: the mirrors drop C's namespace prefix.
+PREFIX = "Rsdl"
+# Header structs that Julia does not mirror, and why.
+NOT_IN_JULIA = {
+    "RsdlStreamDescription": "Julia builds CUDA streams through the jlrs bridge, not this C API",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    name: str
+    kind: str       # int32, uint64, bool, float64, pointer, struct RsdlX, int64[32]
+    offset: int
+    size: int
+    declared: str   # as the side writes the type, for messages
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    name: str
+    fields: tuple
+    size: int
+    align: int
+
+
+class MirrorError(Exception):
+    pass
+
+
+def mirror_name(header_name):
+    return header_name[len(PREFIX):] if header_name.startswith(PREFIX) else header_name
+
+
+# ---------------------------------------------------------------------------------------------
+# The header
+
+# C scalar types of the header: ctypes type and kind.
+C_SCALARS = {
+    "int8_t": (ctypes.c_int8, "int8"),
+    "int16_t": (ctypes.c_int16, "int16"),
+    "int32_t": (ctypes.c_int32, "int32"),
+    "int64_t": (ctypes.c_int64, "int64"),
+    "uint8_t": (ctypes.c_uint8, "uint8"),
+    "uint16_t": (ctypes.c_uint16, "uint16"),
+    "uint32_t": (ctypes.c_uint32, "uint32"),
+    "uint64_t": (ctypes.c_uint64, "uint64"),
+    "size_t": (ctypes.c_size_t, f"uint{8 * ctypes.sizeof(ctypes.c_size_t)}"),
+    "uintptr_t": (ctypes.c_size_t, f"uint{8 * ctypes.sizeof(ctypes.c_size_t)}"),
+    "intptr_t": (ctypes.c_ssize_t, f"int{8 * ctypes.sizeof(ctypes.c_ssize_t)}"),
+    "bool": (ctypes.c_bool, "bool"),
+    "float": (ctypes.c_float, "float32"),
+    "double": (ctypes.c_double, "float64"),
+    "char": (ctypes.c_char, "int8"),
+}
+
+
+def strip_c(text):
+    """The header without comments and preprocessor lines."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def parse_header(text):
+    """(structs, defines, enums, functions): structs as {name: [(field, C type, length|None)]},
+    in header order; #define'd integers; enum constants; {function: (return type, [param types])}."""
+    defines = {m[1]: int(m[2], 0) for m in re.finditer(r"^#define\s+(\w+)\s+(-?(?:0x)?[0-9a-fA-F]+)\s*$", text, re.M)}
+    code = strip_c(text)
+    structs = {}
+    for m in re.finditer(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*(\w+)\s*;", code, re.S):
+        tag, body, name = m[1], m[2], m[3]
+        if tag != name:
+            raise MirrorError(f"header: struct tag {tag} typedef'd as {name}")
+        fields = []
+        for declaration in filter(None, (d.strip() for d in body.split(";"))):
+            d = re.fullmatch(r"(.+?)\s*\b(\w+)\s*(?:\[\s*(\w+)\s*\])?", " ".join(declaration.split()))
+            if not d:
+                raise MirrorError(f"header: cannot read the field `{declaration}` of {name}")
+            length = d[3]
+            if length is not None:
+                length = int(length) if length.isdigit() else defines.get(length)
+                if length is None:
+                    raise MirrorError(f"header: {name}.{d[2]}: array length {d[3]} is not #define'd")
+            fields.append((d[2], d[1].strip(), length))
+        structs[name] = fields
+    enums = {}
+    for m in re.finditer(r"enum\s+\w+[^{;]*\{(.*?)\}", code, re.S):
+        for constant in m[1].split(","):
+            if constant.strip():
+                key, value = constant.split("=")
+                enums[key.strip()] = int(value.strip(), 0)
+    functions = {}
+    for statement in code.split(";"):
+        m = re.fullmatch(r"\s*([\w\s\*]+?)\s*\b(rsdlpack_\w+)\s*\(([^()]*)\)\s*", re.split(r"[{}]", statement)[-1])
+        if not m:
+            continue
+        params = [] if m[3].strip() in ("", "void") else [" ".join(p.split()) for p in m[3].split(",")]
+        functions[m[2]] = (" ".join(m[1].split()), params)
+    return structs, defines, enums, functions
+
+
+def c_type(type_text, structs, built):
+    """(ctypes type, kind) of a C type as the header writes it (no array)."""
+    words = type_text.replace("*", " * ").split()
+    words = [w for w in words if w != "const"]
+    if "*" in words:
+        return ctypes.c_void_p, "pointer"
+    if words and words[0] == "struct":
+        words = words[1:]
+    if len(words) != 1:
+        raise MirrorError(f"header: unknown C type `{type_text}`")
+    (word,) = words
+    if word in C_SCALARS:
+        return C_SCALARS[word]
+    if word in structs:
+        return header_ctypes(word, structs, built), f"struct {word}"
+    raise MirrorError(f"header: unknown C type `{type_text}` (add it to check_mirrors.py's C_SCALARS)")
+
+
+def header_ctypes(name, structs, built):
+    """A ctypes.Structure built from the header's definition of `name` (memoised in `built`)."""
+    if name not in built:
+        fields = []
+        for field, type_text, length in structs[name]:
+            ctype, _ = c_type(type_text, structs, built)
+            fields.append((field, ctype * length if length is not None else ctype))
+        built[name] = type(name, (ctypes.Structure,), {"_fields_": fields})
+    return built[name]
+
+
+def header_layouts(text):
+    structs, _, _, _ = parse_header(text)
+    built = {}
+    layouts = {}
+    for name, fields in structs.items():
+        cls = header_ctypes(name, structs, built)
+        out = []
+        for field, type_text, length in fields:
+            ctype, kind = c_type(type_text, structs, built)
+            declared = type_text + (f"[{length}]" if length is not None else "")
+            if length is not None:
+                kind = f"{kind}[{length}]"
+            size = ctypes.sizeof(ctype * length if length is not None else ctype)
+            out.append(Field(field, kind, getattr(cls, field).offset, size, declared))
+        layouts[name] = Layout(name, tuple(out), ctypes.sizeof(cls), ctypes.alignment(cls))
+    return layouts
+
+
+# ---------------------------------------------------------------------------------------------
+# The ctypes mirror
+
+def load_module(path):
+    spec = importlib.util.spec_from_file_location(f"mirror_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ctypes_kind(ctype, class_to_header):
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Array):
+        return f"{ctypes_kind(ctype._type_, class_to_header)}[{ctype._length_}]"
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+        return f"struct {class_to_header.get(ctype.__name__, PREFIX + ctype.__name__)}"
+    if isinstance(ctype, type) and issubclass(ctype, (ctypes._Pointer, ctypes._CFuncPtr)):
+        return "pointer"
+    code = getattr(ctype, "_type_", None)
+    if code in ("P", "O", "z", "Z"):
+        return "pointer"
+    if code == "?":
+        return "bool"
+    if code in ("f", "d"):
+        return f"float{8 * ctypes.sizeof(ctype)}"
+    if isinstance(code, str) and code in "bBhHiIlLqQc":
+        signed = code in "bhilqc"
+        return f"{'int' if signed else 'uint'}{8 * ctypes.sizeof(ctype)}"
+    raise MirrorError(f"ctypes: unknown field type {ctype!r}")
+
+
+def ctypes_layouts(path, header_names):
+    module = load_module(path)
+    class_to_header = {mirror_name(n): n for n in header_names}
+    layouts = {}
+    for header_name in header_names:
+        cls = getattr(module, mirror_name(header_name), None)
+        if not (isinstance(cls, type) and issubclass(cls, ctypes.Structure)):
+            continue
+        fields = []
+        for entry in cls._fields_:
+            field, ctype = entry[0], entry[1]
+            descriptor = getattr(cls, field)
+            declared = getattr(ctype, "__name__", repr(ctype))
+            fields.append(Field(field, ctypes_kind(ctype, class_to_header), descriptor.offset,
+                                ctypes.sizeof(ctype), declared))
+        layouts[header_name] = Layout(cls.__name__, tuple(fields), ctypes.sizeof(cls), ctypes.alignment(cls))
+    return layouts, module
+
+
+# ---------------------------------------------------------------------------------------------
+# The Julia mirror
+
+# Julia's C-compatible scalar types on 64-bit Linux and macOS: (size, kind).
+JULIA_SCALARS = {
+    "Int8": (1, "int8"), "Int16": (2, "int16"), "Int32": (4, "int32"), "Int64": (8, "int64"),
+    "UInt8": (1, "uint8"), "UInt16": (2, "uint16"), "UInt32": (4, "uint32"), "UInt64": (8, "uint64"),
+    "Int": (8, "int64"), "UInt": (8, "uint64"),
+    "Cchar": (1, "int8"), "Cuchar": (1, "uint8"), "Cshort": (2, "int16"), "Cushort": (2, "uint16"),
+    "Cint": (4, "int32"), "Cuint": (4, "uint32"), "Clong": (8, "int64"), "Culong": (8, "uint64"),
+    "Clonglong": (8, "int64"), "Culonglong": (8, "uint64"),
+    "Csize_t": (8, "uint64"), "Cssize_t": (8, "int64"), "Cintmax_t": (8, "int64"), "Cuintmax_t": (8, "uint64"),
+    "Cptrdiff_t": (8, "int64"),
+    "Bool": (1, "bool"), "Float32": (4, "float32"), "Float64": (8, "float64"),
+    "Cfloat": (4, "float32"), "Cdouble": (8, "float64"),
+}
+JULIA_POINTERS = ("Ptr", "Cstring")
+
+
+def julia_tree(paths):
+    """Structs (name → [(field, type node)]) and constants (name → value node) of the files."""
+    import tree_sitter
+    import tree_sitter_julia
+
+    parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_julia.language()))
+    structs, constants = {}, {}
+    for path in paths:
+        root = parser.parse(pathlib.Path(path).read_bytes()).root_node
+        for node in root.children:
+            if node.type == "struct_definition":
+                head = next(c for c in node.children if c.type == "type_head")
+                name = head.children[0].text.decode()
+                fields = []
+                for child in node.children:
+                    if child.type == "macrocall_expression":   # @atomic x::T
+                        child = next((c for c in child.children if c.type == "macro_argument_list"), child)
+                        child = next((c for c in child.children if c.type == "typed_expression"), child)
+                    if child.type == "typed_expression":
+                        fields.append((child.children[0].text.decode(), child.children[-1]))
+                    elif child.type == "identifier":
+                        fields.append((child.text.decode(), None))   # untyped: Any
+                structs[name] = fields
+            elif node.type == "const_statement":
+                assignment = next((c for c in node.children if c.type == "assignment"), None)
+                if assignment is not None and assignment.children[0].type == "identifier":
+                    constants[assignment.children[0].text.decode()] = assignment.children[-1]
+    return structs, constants
+
+
+def julia_integer(node, constants):
+    text = node.text.decode()
+    if node.type == "identifier" and text in constants:
+        return julia_integer(constants[text], constants)
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise MirrorError(f"Julia: `{text}` is not an integer constant") from None
+
+
+def julia_type(node, structs, constants, layouts, name_to_header, seen=()):
+    """(size, align, kind) of a Julia field type."""
+    if node is None:
+        raise MirrorError("Julia: an untyped field (Any) has no C layout")
+    text = node.text.decode()
+    if node.type == "identifier":
+        if text in JULIA_SCALARS:
+            size, kind = JULIA_SCALARS[text]
+            return size, size, kind
+        if text in JULIA_POINTERS:
+            return 8, 8, "pointer"
+        if text in constants:
+            return julia_type(constants[text], structs, constants, layouts, name_to_header, seen)
+        if text in structs:
+            layout = julia_layout(text, structs, constants, layouts, name_to_header, seen)
+            return layout.size, layout.align, f"struct {name_to_header.get(text, PREFIX + text)}"
+    if node.type == "parametrized_type_expression":
+        head = node.children[0].text.decode()
+        args = [c for c in node.children[1].children if c.type not in ("{", "}", ",")]
+        if head == "Ptr":
+            return 8, 8, "pointer"
+        if head == "NTuple" and len(args) == 2:
+            count = julia_integer(args[0], constants)
+            size, align, kind = julia_type(args[1], structs, constants, layouts, name_to_header, seen)
+            return size * count, align, f"{kind}[{count}]"
+    raise MirrorError(f"Julia: unknown field type `{text}` (add it to check_mirrors.py's JULIA_SCALARS)")
+
+
+def julia_layout(name, structs, constants, layouts, name_to_header, seen=()):
+    """C layout of a Julia struct: each field at the next multiple of its alignment."""
+    if name in layouts:
+        return layouts[name]
+    if name in seen:
+        raise MirrorError(f"Julia: struct {name} contains itself")
+    offset, align, fields = 0, 1, []
+    for field, node in structs[name]:
+        try:
+            size, field_align, kind = julia_type(node, structs, constants, layouts, name_to_header, seen + (name,))
+        except MirrorError as e:
+            raise MirrorError(f"{e} (field {name}.{field})") from None
+        offset = -(-offset // field_align) * field_align
+        fields.append(Field(field, kind, offset, size, node.text.decode() if node else "Any"))
+        offset += size
+        align = max(align, field_align)
+    layouts[name] = Layout(name, tuple(fields), -(-offset // align) * align, align)
+    return layouts[name]
+
+
+def julia_layouts(paths, header_names):
+    structs, constants = julia_tree(paths)
+    name_to_header = {mirror_name(n): n for n in header_names}
+    layouts, out = {}, {}
+    for header_name in header_names:
+        name = mirror_name(header_name)
+        if name in structs:
+            out[header_name] = julia_layout(name, structs, constants, layouts, name_to_header)
+    return out, constants
+
+
+def param_kind(declaration, structs):
+    """Kind of a C parameter or return type (`const struct RsdlX *name` → pointer to struct RsdlX)."""
+    words = declaration.replace("*", " * ").split()
+    if words and words[-1] not in ("*",) and len(words) > 1 and words[-1] not in C_SCALARS \
+            and words[-1] not in structs and words[-1] != "void":
+        words = words[:-1]   # the parameter's name
+    stars = words.count("*")
+    words = [w for w in words if w not in ("const", "struct", "*")]
+    if stars == 1 and len(words) == 1 and words[0] in structs:
+        return f"pointer to struct {words[0]}"
+    if stars:
+        return "pointer"
+    if words == ["void"]:
+        return "void"
+    return c_type(" ".join(words), structs, {})[1]
+
+
+class Recorder:
+    """Stands in for the loaded library: records what the Bridge sets on each function."""
+
+    def __init__(self, path):
+        self.functions = {}
+
+    def __getattr__(self, name):
+        return self.functions.setdefault(name, type("Function", (), {})())
+
+
+def ctypes_argument_kind(ctype, class_to_header):
+    if ctype is None:
+        return "void"
+    if isinstance(ctype, type) and issubclass(ctype, ctypes._Pointer) \
+            and issubclass(ctype._type_, ctypes.Structure) and ctype._type_.__name__ in class_to_header:
+        return f"pointer to struct {class_to_header[ctype._type_.__name__]}"
+    return ctypes_kind(ctype, class_to_header)
+
+
+def compare_functions(module, structs, functions):
+    """The argtypes and restype the ctypes Bridge declares, against the header's prototypes."""
+    class_to_header = {mirror_name(n): n for n in structs}
+    recorder = module.Bridge("(no library)", Recorder).lib
+    problems, checked = [], 0
+    for name, function in recorder.functions.items():
+        if not name.startswith("rsdlpack_"):
+            continue
+        if name not in functions:
+            problems.append(f"{name}: ctypes declares it, the header does not")
+            continue
+        returns, params = functions[name]
+        header_args = [param_kind(p, structs) for p in params]
+        if hasattr(function, "argtypes"):
+            checked += 1
+            theirs = [ctypes_argument_kind(a, class_to_header) for a in function.argtypes]
+            if len(theirs) != len(header_args):
+                problems.append(f"{name}: the header has {len(header_args)} parameters ({', '.join(params)}), "
+                                f"ctypes argtypes {len(theirs)}")
+            for i, (declared, ours, kind) in enumerate(zip(params, header_args, theirs)):
+                # A pointer to a struct may be passed as any pointer; a struct's mirror must be its own.
+                if ours != kind and not (ours.startswith("pointer") and kind == "pointer"):
+                    problems.append(f"{name}: parameter {i + 1}: header has `{declared}` ({ours}), "
+                                    f"ctypes has {function.argtypes[i].__name__} ({kind})")
+        header_return = param_kind(returns, structs)
+        if hasattr(function, "restype"):
+            kind = ctypes_argument_kind(function.restype, class_to_header)
+            if kind != header_return:
+                problems.append(f"{name}: returns {returns} ({header_return}) in the header, ctypes restype {kind}")
+        elif header_return not in ("void", "int32"):
+            problems.append(f"{name}: returns {returns} in the header; ctypes sets no restype (int)")
+    return problems, checked
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison
+
+def describe(field):
+    return f"`{field.name}` ({field.declared}: {field.kind}, offset {field.offset}, {field.size} bytes)"
+
+
+def compare(reference, mirror, side):
+    """Messages for each difference between a header layout and a mirror's."""
+    problems = []
+    where = f"{reference.name} ({side} {mirror.name})"
+    for i in range(max(len(reference.fields), len(mirror.fields))):
+        ours = reference.fields[i] if i < len(reference.fields) else None
+        theirs = mirror.fields[i] if i < len(mirror.fields) else None
+        if ours is None:
+            problems.append(f"{where}: field {i + 1}: header has none, {side} has {describe(theirs)}")
+        elif theirs is None:
+            problems.append(f"{where}: field {i + 1}: header has {describe(ours)}, {side} has none")
+        elif (ours.name, ours.kind, ours.offset, ours.size) != (theirs.name, theirs.kind, theirs.offset, theirs.size):
+            what = [w for w, a, b in (("name", ours.name, theirs.name), ("type", ours.kind, theirs.kind),
+                                       ("offset", ours.offset, theirs.offset), ("size", ours.size, theirs.size)) if a != b]
+            problems.append(f"{where}: field {i + 1} `{ours.name}` differs ({', '.join(what)}): "
+                            f"header has {describe(ours)}, {side} has {describe(theirs)}")
+    if (reference.size, reference.align) != (mirror.size, mirror.align):
+        problems.append(f"{where}: header struct is {reference.size} bytes aligned to {reference.align}, "
+                        f"{side}'s is {mirror.size} bytes aligned to {mirror.align}")
+    return problems
+
+
+def struct_size_numbering(functions_doc):
+    """The numbers `rsdlpack_struct_size` documents: [header struct name, …] by number."""
+    match = re.search(r"The size in bytes of the C structs.*?\*/", functions_doc, re.S)
+    if not match:
+        raise MirrorError("header: rsdlpack_struct_size's documentation (its numbering) is not found")
+    numbered = {int(n): name for n, name in re.findall(r"(\d+) `(\w+)`", match[0])}
+    if sorted(numbered) != list(range(len(numbered))) or not numbered:
+        raise MirrorError(f"header: rsdlpack_struct_size's numbering is not 0, 1, …: {numbered}")
+    return [numbered[i] for i in range(len(numbered))]
+
+
+def check(header=HEADER, ctypes_path=CTYPES_MIRROR, julia_paths=JULIA_MIRRORS):
+    """(messages, summary lines)."""
+    text = pathlib.Path(header).read_text()
+    structs, _, enums, functions = parse_header(text)
+    reference = header_layouts(text)
+    names = list(reference)
+    problems, summary = [], []
+    if not names or not functions:
+        return [f"header: no structs or no functions found in {header}"], summary
+
+    mirrors, module = ctypes_layouts(ctypes_path, names)
+    julia, julia_constants = julia_layouts(julia_paths, names)
+    for side, found, required in (("ctypes", mirrors, names),
+                                  ("Julia", julia, [n for n in names if n not in NOT_IN_JULIA])):
+        for name in required:
+            if name not in found:
+                problems.append(f"{name}: {side} has no mirror named {mirror_name(name)}")
+        for name, layout in found.items():
+            problems += compare(reference[name], layout, side)
+        summary.append(f"{side}: {len(found)} structs checked ({', '.join(mirror_name(n) for n in found)})")
+
+    # Julia checks its mirrors' sizes at load in MIRRORED_STRUCTS' order, by struct_size's numbers.
+    numbering = struct_size_numbering(text)
+    node = julia_constants.get("MIRRORED_STRUCTS")
+    listed = [c.text.decode() for c in node.children if c.type == "identifier"] if node else []
+    expected = [mirror_name(n) for n in numbering]
+    if listed != expected:
+        problems.append(f"Julia MIRRORED_STRUCTS is {listed}, rsdlpack_struct_size numbers {expected}")
+    summary.append(f"rsdlpack_struct_size numbering: {', '.join(f'{i} {n}' for i, n in enumerate(numbering))}")
+
+    # The plan kinds: RSDL_PLAN_KIND_VIEW ↔ PLAN_VIEW in Julia and ctypes.
+    kinds = {k.removeprefix("RSDL_"): v for k, v in enums.items() if k.startswith("RSDL_PLAN_KIND_")}
+    if not kinds:
+        problems.append("header: no RSDL_PLAN_KIND_* constants")
+    for key, value in kinds.items():
+        name = "PLAN_" + key.removeprefix("PLAN_KIND_")
+        julia_value = julia_constants.get(name)
+        julia_value = julia_integer(julia_value, julia_constants) if julia_value is not None else None
+        for side, theirs in (("Julia", julia_value), ("ctypes", getattr(module, name, None))):
+            if theirs != value:
+                problems.append(f"RSDL_{key} is {value} in the header, {side} {name} is {theirs}")
+    summary.append(f"plan kinds: {len(kinds)} checked")
+
+    function_problems, checked = compare_functions(module, structs, functions)
+    problems += function_problems
+    summary.append(f"ctypes Bridge: {checked} functions' argtypes and restype checked")
+    summary.append(f"header: {len(names)} structs, {len(functions)} functions ({header})")
+    return problems, summary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--header", default=HEADER)
+    parser.add_argument("--ctypes", default=CTYPES_MIRROR)
+    parser.add_argument("--julia", nargs="+", default=JULIA_MIRRORS)
+    args = parser.parse_args(argv)
+    try:
+        problems, summary = check(args.header, args.ctypes, args.julia)
+    except MirrorError as e:
+        problems, summary = [str(e)], []
+    for line in summary:
+        print(line)
+    for problem in problems:
+        print("MISMATCH:", problem)
+    print(f"mirrors: {'FAILED, ' + str(len(problems)) + ' mismatches' if problems else 'match the header'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
