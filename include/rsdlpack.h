@@ -117,7 +117,7 @@ typedef struct RsdlPlanOptions {
 
 /**
  * The flat plan. Fixed-size arrays hold `ndims` meaningful entries (the rest are unspecified;
- * 0 from [`ArrayPlan::new`]).
+ * 0 from [`ArrayPlan::zeroed`]).
  */
 typedef struct RsdlArrayPlan {
   /**
@@ -263,8 +263,8 @@ extern "C" {
  *
  * When `out->plan.kind` is 0 (a view) or 2 (a copy), `out->plan.tensor` is an owned handle
  * for the release functions of this module; for 1 (empty) it is null and nothing is held. On
- * error nothing is held either (the producer's deleter has run). `import_options` may be
- * null (no stream, device or copy request to the producer).
+ * error nothing is held either (the producer's deleter has run) and `*out` means nothing.
+ * `import_options` may be null (no stream, device or copy request to the producer).
  *
  * # Safety
  * `object` must be a live `PyObject*`; `plan_options` readable; `out` writable; `error_out`

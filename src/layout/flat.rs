@@ -1,9 +1,11 @@
 //! A plan as one flat C struct: everything the Julia glue needs to build the array, returned by
 //! one call (`rsdlpack_py_import_plan`) instead of one call per number.
 //!
-//! Julia mirrors this struct field for field (`ArrayPlan` in julia/python_bridge.jl) and
-//! ctypes does too (test/python/rsdlpack_ctypes.py); `size_of` is checked by both. Julia
-//! indices are already 1-based here, so the glue only passes numbers on.
+//! The C header (include/rsdlpack.h, generated) names it `RsdlArrayPlan`. Julia mirrors it
+//! field for field (`ArrayPlan` in julia/python_bridge.jl) and ctypes does too
+//! (test/python/rsdlpack_ctypes.py); CI checks both mirrors against the header
+//! (scripts/check_mirrors.py), and Julia checks the size again when it loads the library.
+//! Julia indices are already 1-based here, so the glue only passes numbers on.
 
 use super::{DimRange, LayoutPlan, ViewPlan};
 use crate::descriptor::TensorDescriptor;
