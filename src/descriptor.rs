@@ -241,6 +241,11 @@ impl TensorDescriptor {
         Self { read_only, ..self }
     }
 
+    /// The same tensor as declared under another DLPack version (what an export restates).
+    pub(crate) fn with_version(self, version: Option<DLPackVersion>) -> Self {
+        Self { version, ..self }
+    }
+
     /// The same tensor with the IS_COPIED property set as given.
     pub fn with_is_copied(self, is_copied: bool) -> Self {
         Self { is_copied, ..self }

@@ -82,6 +82,15 @@ impl ImportedTensor {
         })
     }
 
+    /// `managed` with the descriptor it restates, not validated again: only for tensors this
+    /// crate built from that descriptor ([`crate::export::export_owned`]).
+    pub(crate) fn restating(managed: ManagedTensor, descriptor: TensorDescriptor) -> Self {
+        Self {
+            managed,
+            descriptor: Box::new(descriptor),
+        }
+    }
+
     pub fn descriptor(&self) -> &TensorDescriptor {
         &self.descriptor
     }

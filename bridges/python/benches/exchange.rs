@@ -22,7 +22,8 @@
 //!
 //! With `RSDLPACK_BENCH_CSV=path` the import rows are also written as CSV (for the plot).
 //! With `RSDLPACK_BENCH_PROFILE=import` (or `julia`: Julia's one-call path) it only imports a
-//! small array in a loop for a few seconds, for `perf record`.
+//! small array in a loop for a few seconds, for `perf record`; with `=share`, it only shares a
+//! 16×16 array with `np.from_dlpack` in a loop.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -154,127 +155,131 @@ fn main() {
             }
             return;
         }
-        println!("== import of a NumPy float32 array (ns per call, median of {ROUNDS}×{CALLS})");
-        println!(
-            "{:>9} {:>7} {:>7} {:>9} {:>7} {:>11} {:>9}   {:>8} {:>8} {:>9} {:>11} {:>11} {:>11}",
-            "size",
-            "numpy",
-            "floor",
-            "floor+dev",
-            "ours",
-            "ours+dev",
-            "julia",
-            "ours/np",
-            "+dev/np",
-            "julia/np",
-            "ours-floor",
-            "+dev-floor",
-            "julia-floor"
-        );
-        for elements in [12usize, 256, 1 << 14, 1 << 18, 1 << 24, 1 << 28] {
-            let array = np
-                .call_method1("ones", (elements,))
-                .unwrap()
-                .call_method1("astype", ("float32",))
-                .unwrap();
-            let raw = array.as_ptr();
-            let times = race(&mut [
-                ("numpy", &mut || {
-                    drop(black_box(from_dlpack.call1((&array,)).unwrap()));
-                }),
-                ("floor", &mut || {
-                    let capsule =
-                        call_method(&array, dlpack, &[], &[&max_version], Some(kw_max_version))
-                            .unwrap();
-                    drop(black_box(capsule));
-                }),
-                ("floor+dev", &mut || {
-                    let capsule = call_method(
-                        &array,
-                        dlpack,
-                        &[],
-                        &[&max_version, &cpu_device],
-                        Some(kw_with_device),
-                    )
-                    .unwrap();
-                    drop(black_box(capsule));
-                }),
-                ("ours", &mut || import_with(raw, None)),
-                ("ours+dev", &mut || import_with(raw, Some(&cpu))),
-                ("julia", &mut || import_plan_with(raw, &cpu)),
-            ]);
-            let bytes = elements * 4;
+        if profile != "share" {
             println!(
-                "{:>9} {:>7.0} {:>7.0} {:>9.0} {:>7.0} {:>11.0} {:>9.0}   {:>7.2}x {:>7.2}x {:>8.2}x {:>11.0} {:>11.0} {:>11.0}",
-                human(bytes),
-                times[0],
-                times[1],
-                times[2],
-                times[3],
-                times[4],
-                times[5],
-                times[3] / times[0],
-                times[4] / times[0],
-                times[5] / times[0],
-                times[3] - times[1],
-                times[4] - times[2],
-                times[5] - times[2],
+                "== import of a NumPy float32 array (ns per call, median of {ROUNDS}×{CALLS})"
             );
-            csv.push_str(&format!(
-                "{bytes},{:.1},{:.1},{:.1},{:.1},{:.1}\n",
-                times[0], times[1], times[2], times[3], times[4]
-            ));
-        }
-
-        println!("\n== import of a torch float32 tensor (12 elements; ns per call, median)");
-        match py.import("torch") {
-            Err(e) => println!("SKIPPED: torch is not importable ({e})"),
-            Ok(torch) => {
-                let tensor = torch.call_method1("ones", (12,)).unwrap();
-                let torch_from_dlpack = torch.getattr("from_dlpack").unwrap();
-                let raw = tensor.as_ptr();
-                let before = rsdlpack_python::exchange_api::imports_through_c_api();
-                import_with(raw, None);
-                assert!(
-                    rsdlpack_python::exchange_api::imports_through_c_api() > before,
-                    "the torch import went through the C exchange API"
-                );
+            println!(
+                "{:>9} {:>7} {:>7} {:>9} {:>7} {:>11} {:>9}   {:>8} {:>8} {:>9} {:>11} {:>11} {:>11}",
+                "size",
+                "numpy",
+                "floor",
+                "floor+dev",
+                "ours",
+                "ours+dev",
+                "julia",
+                "ours/np",
+                "+dev/np",
+                "julia/np",
+                "ours-floor",
+                "+dev-floor",
+                "julia-floor"
+            );
+            for elements in [12usize, 256, 1 << 14, 1 << 18, 1 << 24, 1 << 28] {
+                let array = np
+                    .call_method1("ones", (elements,))
+                    .unwrap()
+                    .call_method1("astype", ("float32",))
+                    .unwrap();
+                let raw = array.as_ptr();
                 let times = race(&mut [
-                    ("ours (C API)", &mut || import_with(raw, None)),
-                    ("ours+dev (C API)", &mut || import_with(raw, Some(&cpu))),
-                    ("torch.from_dlpack", &mut || {
-                        drop(black_box(torch_from_dlpack.call1((&tensor,)).unwrap()));
+                    ("numpy", &mut || {
+                        drop(black_box(from_dlpack.call1((&array,)).unwrap()));
                     }),
-                    ("__dlpack__", &mut || {
+                    ("floor", &mut || {
+                        let capsule =
+                            call_method(&array, dlpack, &[], &[&max_version], Some(kw_max_version))
+                                .unwrap();
+                        drop(black_box(capsule));
+                    }),
+                    ("floor+dev", &mut || {
                         let capsule = call_method(
-                            &tensor,
+                            &array,
                             dlpack,
                             &[],
-                            &[&max_version],
-                            Some(kw_max_version),
+                            &[&max_version, &cpu_device],
+                            Some(kw_with_device),
                         )
                         .unwrap();
                         drop(black_box(capsule));
                     }),
+                    ("ours", &mut || import_with(raw, None)),
+                    ("ours+dev", &mut || import_with(raw, Some(&cpu))),
+                    ("julia", &mut || import_plan_with(raw, &cpu)),
                 ]);
+                let bytes = elements * 4;
                 println!(
-                    "{:>12} {:>9} {:>17} {:>10}   {:>16} {:>15}",
-                    "ours (C API)",
-                    "ours+dev",
-                    "torch.from_dlpack",
-                    "__dlpack__",
-                    "ours/from_dlpack",
-                    "ours/__dlpack__"
-                );
-                println!(
-                    "{:>12.0} {:>9.0} {:>17.0} {:>10.0}   {:>15.3}x {:>14.3}x",
+                    "{:>9} {:>7.0} {:>7.0} {:>9.0} {:>7.0} {:>11.0} {:>9.0}   {:>7.2}x {:>7.2}x {:>8.2}x {:>11.0} {:>11.0} {:>11.0}",
+                    human(bytes),
                     times[0],
                     times[1],
                     times[2],
                     times[3],
-                    times[0] / times[2],
-                    times[0] / times[3]
+                    times[4],
+                    times[5],
+                    times[3] / times[0],
+                    times[4] / times[0],
+                    times[5] / times[0],
+                    times[3] - times[1],
+                    times[4] - times[2],
+                    times[5] - times[2],
                 );
+                csv.push_str(&format!(
+                    "{bytes},{:.1},{:.1},{:.1},{:.1},{:.1}\n",
+                    times[0], times[1], times[2], times[3], times[4]
+                ));
+            }
+
+            println!("\n== import of a torch float32 tensor (12 elements; ns per call, median)");
+            match py.import("torch") {
+                Err(e) => println!("SKIPPED: torch is not importable ({e})"),
+                Ok(torch) => {
+                    let tensor = torch.call_method1("ones", (12,)).unwrap();
+                    let torch_from_dlpack = torch.getattr("from_dlpack").unwrap();
+                    let raw = tensor.as_ptr();
+                    let before = rsdlpack_python::exchange_api::imports_through_c_api();
+                    import_with(raw, None);
+                    assert!(
+                        rsdlpack_python::exchange_api::imports_through_c_api() > before,
+                        "the torch import went through the C exchange API"
+                    );
+                    let times = race(&mut [
+                        ("ours (C API)", &mut || import_with(raw, None)),
+                        ("ours+dev (C API)", &mut || import_with(raw, Some(&cpu))),
+                        ("torch.from_dlpack", &mut || {
+                            drop(black_box(torch_from_dlpack.call1((&tensor,)).unwrap()));
+                        }),
+                        ("__dlpack__", &mut || {
+                            let capsule = call_method(
+                                &tensor,
+                                dlpack,
+                                &[],
+                                &[&max_version],
+                                Some(kw_max_version),
+                            )
+                            .unwrap();
+                            drop(black_box(capsule));
+                        }),
+                    ]);
+                    println!(
+                        "{:>12} {:>9} {:>17} {:>10}   {:>16} {:>15}",
+                        "ours (C API)",
+                        "ours+dev",
+                        "torch.from_dlpack",
+                        "__dlpack__",
+                        "ours/from_dlpack",
+                        "ours/__dlpack__"
+                    );
+                    println!(
+                        "{:>12.0} {:>9.0} {:>17.0} {:>10.0}   {:>15.3}x {:>14.3}x",
+                        times[0],
+                        times[1],
+                        times[2],
+                        times[3],
+                        times[0] / times[2],
+                        times[0] / times[3]
+                    );
+                }
             }
         }
 
@@ -294,6 +299,42 @@ fn main() {
             .unwrap()
             .call_method1("astype", ("float32",))
             .unwrap();
+        // Julia's share: describe, export and wrap in one call, then NumPy consumes it.
+        let mut share = || {
+            let (dims, strides) = ([16i64, 16], [1i64, 16]);
+            let array = RsdlArrayExport {
+                address: data.as_ptr() as usize,
+                dims: dims.as_ptr(),
+                strides: strides.as_ptr(),
+                ndims: 2,
+                root_id: 1,
+                stream: 0,
+                element_code: ElementType::Float32.code(),
+                order: 0,
+                device_type: 1,
+                device_id: 0,
+                read_only: 0,
+                reserved: 0,
+            };
+            let mut result = std::mem::MaybeUninit::<RsdlShareResult>::uninit();
+            // SAFETY: a valid description of `data`, which outlives the exporter; a valid
+            // out-pointer.
+            let code =
+                unsafe { rsdlpack_py_share(&array, result.as_mut_ptr(), std::ptr::null_mut()) };
+            assert_eq!(code, 0);
+            // SAFETY: written on success; a new reference we were just given.
+            let exporter = unsafe { Bound::from_owned_ptr(py, result.assume_init().exporter) };
+            drop(black_box(from_dlpack.call1((&exporter,)).unwrap()));
+        };
+        if profile == "share" {
+            let start = Instant::now();
+            while start.elapsed().as_secs() < 4 {
+                for _ in 0..10_000 {
+                    share();
+                }
+            }
+            return;
+        }
         let times = race(&mut [
             ("ours", &mut || {
                 let tensor = rsdlpack::export::export_versioned(&spec, (), 3).unwrap();
@@ -310,32 +351,7 @@ fn main() {
             ("numpy", &mut || {
                 drop(black_box(from_dlpack.call1((&ndarray,)).unwrap()));
             }),
-            ("share", &mut || {
-                let (dims, strides) = ([16i64, 16], [1i64, 16]);
-                let array = RsdlArrayExport {
-                    address: data.as_ptr() as usize,
-                    dims: dims.as_ptr(),
-                    strides: strides.as_ptr(),
-                    ndims: 2,
-                    root_id: 1,
-                    stream: 0,
-                    element_code: ElementType::Float32.code(),
-                    order: 0,
-                    device_type: 1,
-                    device_id: 0,
-                    read_only: 0,
-                    reserved: 0,
-                };
-                let mut result = std::mem::MaybeUninit::<RsdlShareResult>::uninit();
-                // SAFETY: a valid description of `data`, which outlives the exporter; a valid
-                // out-pointer.
-                let code =
-                    unsafe { rsdlpack_py_share(&array, result.as_mut_ptr(), std::ptr::null_mut()) };
-                assert_eq!(code, 0);
-                // SAFETY: written on success; a new reference we were just given.
-                let exporter = unsafe { Bound::from_owned_ptr(py, result.assume_init().exporter) };
-                drop(black_box(from_dlpack.call1((&exporter,)).unwrap()));
-            }),
+            ("share", &mut share),
         ]);
         // The shared buffer's root ids queue up: take them as Julia would.
         let mut sink = [0u64; 64];

@@ -22,8 +22,8 @@ use crate::release;
 use crate::roots::{self, JuliaRoot};
 use pyo3::prelude::*;
 use pyo3::{Bound, PyAny, ffi};
-use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLPackVersion};
-use rsdlpack::export::export_versioned;
+use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
+use rsdlpack::export::export_owned;
 use rsdlpack::layout::{
     Access, ArrayPlan, ArrayRequest, CopyPolicy, Decision, IndexOrder, Target, decide,
 };
@@ -336,8 +336,7 @@ pub unsafe extern "C" fn rsdlpack_py_share(
         let root = JuliaRoot(array.root_id);
         // SAFETY: forwarded from this entry point's contract.
         let spec = unsafe { spec_of(&array) }?;
-        let managed = export_versioned(&spec, root, DLPackVersion::CURRENT.minor)?;
-        let owned = ImportedTensor::new(rsdlpack::ManagedTensor::Versioned(managed))?;
+        let owned = export_owned(&spec, root)?;
         let stream = (array.stream != 0).then_some(array.stream);
         let exporter = with_python(|py| {
             Py::new(py, Exporter::new(owned, stream))

@@ -20,6 +20,7 @@ use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use rsdlpack::export::{export_legacy, export_versioned};
 use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, TensorDescriptor};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The tensor behind an exporter, and what keeps its memory alive.
@@ -109,7 +110,7 @@ impl Exporter {
         stream: StreamRequest,
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
-    ) -> BridgeResult<(TensorDescriptor, CapsuleOwner)> {
+    ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
         // Only device → host copies are offered; any other device change is refused here.
         let host_copy_of_device = descriptor.device().kind == DeviceKind::Cuda;
@@ -131,8 +132,15 @@ impl Exporter {
 impl Exporter {
     /// A capsule over the source itself. Several capsules share the memory, so none may claim
     /// IS_COPIED (a private copy), whatever the source said.
-    fn shared(&self) -> (TensorDescriptor, CapsuleOwner) {
-        let spec = self.source.tensor.descriptor().with_is_copied(false);
+    fn shared(&self) -> (Cow<'_, TensorDescriptor>, CapsuleOwner) {
+        let source = self.source.tensor.descriptor();
+        // Borrowed unless the flag must change: a descriptor is large, and this is every
+        // zero-copy export.
+        let spec = if source.is_copied() {
+            Cow::Owned(source.with_is_copied(false))
+        } else {
+            Cow::Borrowed(source)
+        };
         (spec, CapsuleOwner::Shared(Arc::clone(&self.source)))
     }
 
@@ -140,7 +148,7 @@ impl Exporter {
         &self,
         stream: StreamRequest,
         copy: Option<bool>,
-    ) -> BridgeResult<(TensorDescriptor, CapsuleOwner)> {
+    ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
         if descriptor.device().kind == DeviceKind::Cpu
             && !matches!(stream, StreamRequest::Omitted | StreamRequest::NoSync)
@@ -159,7 +167,7 @@ impl Exporter {
         // bytes, so a racing writer yields a mix of old and new values, never invalid ones.
         let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
         let spec = descriptor.copied_at(buffer.as_ptr() as usize);
-        Ok((spec, CapsuleOwner::Copy(buffer)))
+        Ok((Cow::Owned(spec), CapsuleOwner::Copy(buffer)))
     }
 
     /// A CUDA tensor: zero-copy on its device with the consumer's stream ordered after the
@@ -169,7 +177,7 @@ impl Exporter {
         stream: StreamRequest,
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
-    ) -> BridgeResult<(TensorDescriptor, CapsuleOwner)> {
+    ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
         let descriptor = self.source.tensor.descriptor();
         let producer = self.source.stream.unwrap_or(1);
         match device {
@@ -184,7 +192,7 @@ impl Exporter {
                 // (rsdlpack_py_export_with_stream's contract) or the legacy default stream.
                 let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
                 let spec = host.descriptor;
-                Ok((spec, CapsuleOwner::HostCopy(Box::new(host))))
+                Ok((Cow::Owned(spec), CapsuleOwner::HostCopy(Box::new(host))))
             }
             _ if copy == Some(true) => Err(BridgeError::Buffer(
                 "copy=True of device memory is not supported by this exporter; ask for \

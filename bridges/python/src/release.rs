@@ -14,7 +14,7 @@
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::dlpark::ffi::DLPackVersion;
-use rsdlpack::export::export_versioned;
+use rsdlpack::export::{export_owned, export_versioned};
 use rsdlpack::{ImportedTensor, ManagedTensor};
 use std::os::raw::c_int;
 use std::sync::Mutex;
@@ -104,6 +104,12 @@ pub fn drain(_py: pyo3::Python<'_>) -> usize {
 /// How many tensors wait for the GIL.
 pub fn pending() -> usize {
     PENDING.lock().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+/// [`rewrap`], kept with its descriptor (not validated again).
+pub fn rewrap_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor> {
+    let (managed, descriptor) = tensor.into_parts();
+    export_owned(&descriptor, PythonProduced::new(managed))
 }
 
 /// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
