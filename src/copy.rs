@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::layout::{IndexOrder, ordered};
 use rayon::prelude::*;
 use std::alloc::Layout;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 /// Alignment of every buffer the copy engine returns.
@@ -345,7 +346,9 @@ impl StridedCopy for Tiles<'_> {
             // fast dimension and columns written along the output's, each cache line used
             // whole at once. Keeping a tile in cache instead fails for power-of-two row
             // strides, whose rows all fall into the same few cache sets.
-            let mut tile = [[[0u8; N]; TILE]; TILE];
+            // Uninitialised (a 64×64 tile of 16-byte elements is 64 KiB): only the entries
+            // written below are read.
+            let mut tile = [[MaybeUninit::<[u8; N]>::uninit(); TILE]; TILE];
             for row_start in (0..rows).step_by(TILE) {
                 let row_end = (row_start + TILE).min(rows);
                 for row in row_start..row_end {
@@ -354,21 +357,27 @@ impl StridedCopy for Tiles<'_> {
                         let offset = (source_row + col as isize * col_stride) * N as isize;
                         // SAFETY: an element the tensor addresses (function contract); bytes
                         // only, so unaligned reads are fine.
-                        tile[col - col_start][row - row_start] =
-                            unsafe { source.offset(offset).cast::<[u8; N]>().read_unaligned() };
+                        tile[col - col_start][row - row_start] = MaybeUninit::new(unsafe {
+                            source.offset(offset).cast::<[u8; N]>().read_unaligned()
+                        });
                     }
                 }
                 for col in col_start..col_end {
                     let out_first = out_base + col * self.out_stride_t + row_start;
                     let column = &tile[col - col_start][..row_end - row_start];
+                    // SAFETY: rows `row_start..row_end` of this column were written above;
+                    // `MaybeUninit<[u8; N]>` has the layout of `[u8; N]`.
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts(column.as_ptr().cast::<u8>(), column.len() * N)
+                    };
                     // SAFETY: output elements `out_first..out_first + column.len()` are a run
                     // of dim 0 in this plane and column: every task writes its own (planes and
                     // column blocks partition the output), all inside `out`.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
-                            column.as_ptr().cast::<u8>(),
+                            bytes.as_ptr(),
                             out.add(out_first * N),
-                            column.len() * N,
+                            bytes.len(),
                         )
                     };
                 }
