@@ -53,6 +53,60 @@ impl TensorDescriptor {
         version: Option<DLPackVersion>,
         flags: DlpackFlags,
     ) -> Result<Self> {
+        let mut described = Self::empty();
+        // SAFETY: forwarded from this function's contract.
+        unsafe { described.validate_into(tensor, version, flags) }?;
+        Ok(described)
+    }
+
+    /// An empty host tensor (shape `[0]`): what [`Self::validate_into`] overwrites.
+    pub(crate) fn empty() -> Self {
+        let mut shape = DimVec::new();
+        shape.push(0);
+        let mut strides = DimVec::new();
+        strides.push(1);
+        Self {
+            first_element: 0,
+            device: Device::CPU,
+            element: ElementType::UInt8,
+            shape,
+            strides,
+            read_only: false,
+            is_copied: false,
+            version: None,
+            elements: 0,
+        }
+    }
+
+    /// [`Self::validate`], written over `self` where it already lies (a descriptor is large:
+    /// each move copies every slot of its lists). On error `self` is [`Self::empty`] again.
+    ///
+    /// # Safety
+    /// As [`Self::validate`].
+    pub(crate) unsafe fn validate_into(
+        &mut self,
+        tensor: &DLTensor,
+        version: Option<DLPackVersion>,
+        flags: DlpackFlags,
+    ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        let outcome = unsafe { self.overwrite(tensor, version, flags) };
+        if outcome.is_err() {
+            *self = Self::empty();
+        }
+        outcome
+    }
+
+    /// The validation itself; leaves `self` half-written on error.
+    ///
+    /// # Safety
+    /// As [`Self::validate`].
+    unsafe fn overwrite(
+        &mut self,
+        tensor: &DLTensor,
+        version: Option<DLPackVersion>,
+        flags: DlpackFlags,
+    ) -> Result<()> {
         let unknown = flags.bits() & !DlpackFlags::all().bits();
         if unknown != 0 {
             return Err(Error::UnknownFlags { bits: unknown });
@@ -71,18 +125,15 @@ impl TensorDescriptor {
             tensor.dtype,
             flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED),
         )?;
-        // Built in place (a descriptor is large: the lists are filled, not moved).
-        let mut described = Self {
-            first_element: 0,
-            device: Device::from_dlpack(tensor.device),
-            element,
-            shape: DimVec::new(),
-            strides: DimVec::new(),
-            read_only: flags.contains(DlpackFlags::READ_ONLY),
-            is_copied: flags.contains(DlpackFlags::IS_COPIED),
-            version,
-            elements: 0,
-        };
+        // Filled in place: the lists are extended, never moved.
+        let described = self;
+        described.device = Device::from_dlpack(tensor.device);
+        described.element = element;
+        described.shape.clear();
+        described.strides.clear();
+        described.read_only = flags.contains(DlpackFlags::READ_ONLY);
+        described.is_copied = flags.contains(DlpackFlags::IS_COPIED);
+        described.version = version;
         if ndim > 0 {
             // SAFETY: non-null (checked above) and, by this function's contract, `ndim`
             // readable values.
@@ -115,8 +166,7 @@ impl TensorDescriptor {
             .ok()
             .and_then(|offset| (tensor.data as usize).checked_add(offset))
             .ok_or_else(|| extent_overflow(&described.shape, &described.strides))?;
-        described.check(tensor.data.is_null())?;
-        Ok(described)
+        described.check(tensor.data.is_null())
     }
 
     /// Describes a Julia array for export: column-major dims and strides in elements, as
@@ -781,5 +831,20 @@ mod tests {
             compact.moved_to(usize::MAX - 4, Device::CPU),
             Err(Error::ExtentOverflow { .. })
         ));
+    }
+
+    #[test]
+    fn validating_in_place_leaves_an_empty_tensor_on_error() {
+        let good = raw(&[2, 3], Some(&[3, 1]), 64, F32);
+        let mut d = TensorDescriptor::empty();
+        // SAFETY: shape and strides point into `good`, alive for the call.
+        unsafe { d.validate_into(&good.tensor, None, DlpackFlags::empty()) }.unwrap();
+        assert_eq!((d.shape(), d.element_count()), (&[2, 3][..], 6));
+        let negative = raw(&[2, -1], Some(&[1, 1]), 64, F32);
+        // SAFETY: as above.
+        let refused = unsafe { d.validate_into(&negative.tensor, None, DlpackFlags::empty()) };
+        assert!(matches!(refused, Err(Error::NegativeDimension { .. })));
+        assert_eq!(d, TensorDescriptor::empty());
+        assert_eq!(d.element_count(), 0, "empty: nothing addressable");
     }
 }

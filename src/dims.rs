@@ -68,6 +68,11 @@ impl<T: Copy + Default> DimVec<T> {
         Some(())
     }
 
+    /// Empties the list (in place).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
     /// Appends `value`.
     ///
     /// # Panics

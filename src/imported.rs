@@ -49,15 +49,17 @@ impl ManagedTensor {
         }
     }
 
-    /// Validates the metadata. The tensor stays owned by `self` whatever the outcome.
-    pub fn describe(&self) -> Result<TensorDescriptor> {
+    /// Validates the metadata into `descriptor` (where it already lies: see
+    /// [`TensorDescriptor::validate_into`]). The tensor stays owned by `self` whatever the
+    /// outcome.
+    fn describe_into(&self, descriptor: &mut TensorDescriptor) -> Result<()> {
         match self {
             // SAFETY: a `Managed` owns its tensor, whose metadata the producer keeps readable and
             // unchanged until the deleter runs, which cannot happen while `self` is borrowed.
-            Self::Legacy(m) => unsafe { TensorDescriptor::validate(m.tensor(), None, m.flags()) },
+            Self::Legacy(m) => unsafe { descriptor.validate_into(m.tensor(), None, m.flags()) },
             // SAFETY: as above.
             Self::Versioned(m) => unsafe {
-                TensorDescriptor::validate(m.tensor(), Some(m.version()), m.flags())
+                descriptor.validate_into(m.tensor(), Some(m.version()), m.flags())
             },
         }
     }
@@ -75,7 +77,8 @@ pub struct ImportedTensor {
 impl ImportedTensor {
     /// Validates `managed`; on error it is dropped (its deleter runs) before returning.
     pub fn new(managed: ManagedTensor) -> Result<Self> {
-        let descriptor = Box::new(managed.describe()?);
+        let mut descriptor = Box::new(TensorDescriptor::empty());
+        managed.describe_into(&mut descriptor)?;
         Ok(Self {
             managed,
             descriptor,

@@ -146,25 +146,21 @@ fn dense_view_into(
     out: &mut ArrayPlan,
 ) -> bool {
     let ndim = shape.len();
-    // Validated: the element count fits, so no running product below overflows.
-    let compact = |k_of: &dyn Fn(usize) -> usize| {
-        let mut span = 1i64;
-        for i in 0..ndim {
-            let k = k_of(i);
-            if shape[k] < 2 || strides[k] != span {
-                return false;
-            }
-            span *= shape[k];
-        }
-        true
-    };
-    let row_major = if compact(&|i| i) {
-        false
-    } else if compact(&|i| ndim - 1 - i) {
-        true
-    } else {
+    if ndim == 0 || shape.iter().any(|&n| n < 2) {
         return false;
-    };
+    }
+    // Each stride against its neighbour's span, not a running product: the comparisons are
+    // independent of each other. A wrapped product cannot pass falsely: when every equation
+    // holds, induction from the stride-1 end makes each stride the exact product of the dims
+    // before it, which the validated element count bounds.
+    let column_major = strides[0] == 1
+        && (1..ndim).all(|k| strides[k] == strides[k - 1].wrapping_mul(shape[k - 1]));
+    let row_major = !column_major
+        && strides[ndim - 1] == 1
+        && (1..ndim).all(|k| strides[k - 1] == strides[k].wrapping_mul(shape[k]));
+    if !column_major && !row_major {
+        return false;
+    }
     for (k, &len) in shape.iter().enumerate() {
         let p = if row_major { ndim - 1 - k } else { k };
         out.parent_dims[p] = len;
