@@ -10,8 +10,8 @@ using RsDLPack: Native, KDLCUDA, PLAN_VIEW, ArrayPlan, TensorOwner, rethrowing_n
 
 # The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
 # `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
-# UndefVarError there (CUDA.jl 5.4-5.9 define both in CUDA itself). Every other CUDA name used
-# here is public in 6.0-6.3 and defined in 5.4-5.9.
+# UndefVarError there (CUDA.jl 5.4-5.11 define both in CUDA itself). Every other CUDA name used
+# here is public in 6.0-6.3 and defined in 5.4-5.11.
 const CUstream = fieldtype(CuStream, :handle)
 const CUcontext = fieldtype(CuContext, :handle)
 

@@ -47,8 +47,11 @@ import_options(::Type{<:AbstractArray}, copy) = ImportOptions(; device=(KDLCPU, 
 plan_target(::Type{<:AbstractArray}) = UInt32(0)
 
 # The typed forms: a concrete element type and rank, and a plain dense result.
+# `eltype` is `Any` both for a type that names no element type (`Array`, `Matrix`) and for
+# `Array{Any,N}`: a typed form always asks for its element type, so `Array{Any,N}` throws here
+# instead of wrapping the tensor's bytes as an `Array{Any}`.
 requested_element(::Type{A}) where {A<:AbstractArray} =
-    eltype(A) === Any ? Int64(-1) : Int64(element_code(eltype(A)))
+    eltype(A) === Any && !is_typed(A) ? Int64(-1) : Int64(element_code(eltype(A)))
 requested_rank(::Type{<:AbstractArray{<:Any,N}}) where {N} = Int64(N)
 requested_rank(::Type) = Int64(-1)
 is_typed(::Type{Array{T,N}}) where {T,N} = true

@@ -34,6 +34,10 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
         # fp8 e4m3fn (DLPack code 10): its own element type, and its code back for `share`.
         @test RsDLPack.element_type(0x10000 + 10 * 256 + 8) === DLPackRaw{10,8}
         @test RsDLPack.element_code(DLPackRaw{10,8}) == 0x10000 + 10 * 256 + 8
+        # Untyped forms ask for any element type; a typed Array{Any,N} has no DLPack one.
+        @test RsDLPack.requested_element(Array) == -1 && RsDLPack.requested_element(Matrix) == -1
+        @test RsDLPack.requested_element(Array{Float32,2}) == 11
+        @test_throws DLPackError RsDLPack.requested_element(Array{Any,2})
         @test sizeof(DLPackRaw{10,8}) == 1 && isbitstype(DLPackRaw{10,8})
     end
     @testset "C struct mirrors" begin
