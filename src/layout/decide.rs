@@ -59,6 +59,11 @@ pub(crate) fn plan_into(
         let bytes = descriptor.dense_byte_size() as i64;
         out.ndims = 1;
         out.dims[0] = bytes;
+        if bytes == 0 {
+            // No element: nothing to share (the pointer may be anything, null included).
+            out.kind = PlanKind::Empty as u8;
+            return Ok(Decision::Empty);
+        }
         if policy == CopyPolicy::Always {
             return Ok(copy(out, COPY_REQUESTED));
         }

@@ -472,6 +472,28 @@ fn empty_tensors_are_empty_whatever_their_other_dimensions() {
     let fp4 = dlpark::ffi::DLDataType::scalar(dlpark::ffi::DLDataTypeCode::FLOAT4_E2M1FN, 4);
     let packed = validated(&[0, 1 << 62, 1 << 62], None, 0, fp4).unwrap();
     assert_eq!(packed.dense_byte_size(), 0);
+    // No bytes: an empty array, not a view of a null pointer (CUDA.jl refuses to wrap those).
+    assert_eq!(
+        plan(&packed, IndexOrder::Producer, CopyPolicy::Never).unwrap(),
+        LayoutPlan::Empty {
+            dims: DimVec::from_slice(&[0]).unwrap()
+        }
+    );
+    let to_cuda = ArrayRequest::new(Target::CudaArray);
+    let on_cuda = crate::test_support::descriptor_on(
+        crate::Device {
+            kind: crate::DeviceKind::Cuda,
+            id: 0,
+        },
+        0,
+        &[0, 3],
+        &[3, 1],
+        ElementType::PackedBits { code: 17, bits: 4 },
+    );
+    assert!(matches!(
+        plan_for(&on_cuda, &to_cuda),
+        Ok(LayoutPlan::Empty { .. })
+    ));
 }
 
 #[test]
