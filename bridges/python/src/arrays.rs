@@ -23,7 +23,6 @@ use crate::roots::{self, JuliaRoot};
 use pyo3::prelude::*;
 use pyo3::{Bound, PyAny, ffi};
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
-use rsdlpack::export::export_owned;
 use rsdlpack::layout::{
     Access, ArrayPlan, ArrayRequest, CopyPolicy, Decision, IndexOrder, Target, decide,
 };
@@ -336,10 +335,9 @@ pub unsafe extern "C" fn rsdlpack_py_share(
         let root = JuliaRoot(array.root_id);
         // SAFETY: forwarded from this entry point's contract.
         let spec = unsafe { spec_of(&array) }?;
-        let owned = export_owned(&spec, root)?;
         let stream = (array.stream != 0).then_some(array.stream);
         let exporter = with_python(|py| {
-            Py::new(py, Exporter::new(owned, stream))
+            Py::new(py, Exporter::of_julia_array(spec, root, stream))
                 .map_err(|e| BridgeError::producer("creating the exporter", e))
         })?;
         let result = RsdlShareResult {

@@ -13,22 +13,34 @@ use crate::error::{BridgeError, BridgeResult};
 use crate::request::{
     StreamRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
 };
+use crate::roots::JuliaRoot;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use rsdlpack::export::{export_legacy, export_versioned};
-use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, TensorDescriptor};
+use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
 use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The tensor behind an exporter, and what keeps its memory alive.
 struct Source {
-    tensor: ImportedTensor,
+    descriptor: Box<TensorDescriptor>,
+    /// Held for its drop only.
+    _keeper: Keeper,
     /// For device memory: the stream on which its producer wrote it (`CUstream`; 1 is the
     /// legacy default stream). Consumers' streams are ordered after it.
     stream: Option<usize>,
+}
+
+/// What keeps a source's memory alive until the exporter and every capsule are gone.
+enum Keeper {
+    /// A tensor from another producer (or a copy): its deleter runs when the source drops.
+    Tensor(#[allow(dead_code)] ManagedTensor),
+    /// A Julia array: its root is released when the source drops. Held directly, not inside a
+    /// managed tensor nobody would see.
+    JuliaRoot(#[allow(dead_code)] JuliaRoot),
 }
 
 /// What a capsule's managed tensor owns: the shared source, or a private copy of it.
@@ -47,8 +59,28 @@ pub struct Exporter {
 impl Exporter {
     /// `stream`: for device tensors, the producer's stream (see [`Source`]).
     pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> Self {
+        let (managed, descriptor) = tensor.into_parts();
         Self {
-            source: Arc::new(Source { tensor, stream }),
+            source: Arc::new(Source {
+                descriptor,
+                _keeper: Keeper::Tensor(managed),
+                stream,
+            }),
+        }
+    }
+
+    /// A Julia array described by `descriptor`, kept alive by `root`.
+    pub fn of_julia_array(
+        descriptor: TensorDescriptor,
+        root: JuliaRoot,
+        stream: Option<usize>,
+    ) -> Self {
+        Self {
+            source: Arc::new(Source {
+                descriptor: Box::new(descriptor),
+                _keeper: Keeper::JuliaRoot(root),
+                stream,
+            }),
         }
     }
 
@@ -72,7 +104,7 @@ impl Exporter {
 
     /// The validated tensor behind this exporter.
     pub(crate) fn descriptor(&self) -> &rsdlpack::TensorDescriptor {
-        self.source.tensor.descriptor()
+        &self.source.descriptor
     }
 
     /// What `__dlpack__(max_version=(1, 3))` would hand out, as a managed tensor (for the C
@@ -111,7 +143,7 @@ impl Exporter {
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
     ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
-        let descriptor = self.source.tensor.descriptor();
+        let descriptor = &*self.source.descriptor;
         // Only device → host copies are offered; any other device change is refused here.
         let host_copy_of_device = descriptor.device().kind == DeviceKind::Cuda;
         if let Some(wanted) = device.filter(|&d| {
@@ -133,7 +165,7 @@ impl Exporter {
     /// A capsule over the source itself. Several capsules share the memory, so none may claim
     /// IS_COPIED (a private copy), whatever the source said.
     fn shared(&self) -> (Cow<'_, TensorDescriptor>, CapsuleOwner) {
-        let source = self.source.tensor.descriptor();
+        let source = &*self.source.descriptor;
         // Borrowed unless the flag must change: a descriptor is large, and this is every
         // zero-copy export.
         let spec = if source.is_copied() {
@@ -149,7 +181,7 @@ impl Exporter {
         stream: StreamRequest,
         copy: Option<bool>,
     ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
-        let descriptor = self.source.tensor.descriptor();
+        let descriptor = &*self.source.descriptor;
         if descriptor.device().kind == DeviceKind::Cpu
             && !matches!(stream, StreamRequest::Omitted | StreamRequest::NoSync)
         {
@@ -178,7 +210,7 @@ impl Exporter {
         device: Option<rsdlpack::Device>,
         copy: Option<bool>,
     ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
-        let descriptor = self.source.tensor.descriptor();
+        let descriptor = &*self.source.descriptor;
         let producer = self.source.stream.unwrap_or(1);
         match device {
             Some(wanted) if wanted.kind == DeviceKind::Cpu => {
@@ -243,12 +275,12 @@ impl Exporter {
     }
 
     fn __dlpack_device__(&self) -> (u32, i32) {
-        let device = self.source.tensor.descriptor().device().to_dlpack();
+        let device = self.source.descriptor.device().to_dlpack();
         (device.device_type.0, device.device_id)
     }
 
     fn __repr__(&self) -> String {
-        let d = self.source.tensor.descriptor();
+        let d = &*self.source.descriptor;
         format!(
             "rsdlpack.DLPackTensor(shape={:?}, strides={:?}, dtype={}, device={:?}, read_only={})",
             d.shape(),
