@@ -124,24 +124,14 @@ impl ExportSpec {
     /// The lowest DLPack 1.x minor version that can describe this spec, and the feature that
     /// needs it (see the module docs).
     pub fn required_minor(&self) -> (u32, &'static str) {
-        match self.element {
-            ElementType::RawBytes { bits, .. } if bits < 8 => (
-                1,
-                "a padded sub-byte dtype (fp6/fp4, IS_SUBBYTE_TYPE_PADDED)",
-            ),
-            ElementType::RawBytes { .. } => (1, "an fp8 dtype code"),
-            ElementType::PackedBits { .. } => (1, "a packed fp6/fp4 dtype code"),
-            _ => (0, "DLPack 1.0"),
-        }
+        required_minor(self.element)
     }
 
     fn flags(&self) -> DlpackFlags {
         let mut flags = DlpackFlags::empty();
         flags.set(DlpackFlags::READ_ONLY, self.read_only);
         flags.set(DlpackFlags::IS_COPIED, self.is_copied);
-        if matches!(self.element, ElementType::RawBytes { bits, .. } if bits < 8) {
-            flags |= DlpackFlags::IS_SUBBYTE_TYPE_PADDED;
-        }
+        flags.set(DlpackFlags::IS_SUBBYTE_TYPE_PADDED, is_padded(self.element));
         flags
     }
 
@@ -160,6 +150,63 @@ impl ExportSpec {
             .set_dtype(self.element.to_dlpack())
             .set_byte_offset(0);
         Ok(initialized)
+    }
+}
+
+/// The lowest DLPack 1.x minor version that can describe elements of type `element`, and the
+/// feature that needs it (see the module docs).
+fn required_minor(element: ElementType) -> (u32, &'static str) {
+    match element {
+        ElementType::RawBytes { bits, .. } if bits < 8 => (
+            1,
+            "a padded sub-byte dtype (fp6/fp4, IS_SUBBYTE_TYPE_PADDED)",
+        ),
+        ElementType::RawBytes { .. } => (1, "an fp8 dtype code"),
+        ElementType::PackedBits { .. } => (1, "a packed fp6/fp4 dtype code"),
+        _ => (0, "DLPack 1.0"),
+    }
+}
+
+/// Whether `element` is a sub-byte type stored one element per byte (IS_SUBBYTE_TYPE_PADDED).
+fn is_padded(element: ElementType) -> bool {
+    matches!(element, ElementType::RawBytes { bits, .. } if bits < 8)
+}
+
+/// The minor version a versioned export of `element` declares for a consumer that accepts at
+/// most 1.`max_minor`: that maximum, capped at ours; refused ([`Error::VersionTooOld`]) when
+/// the element needs a newer one. The rule [`export_versioned`] applies, for callers that
+/// decide before they build (see the module docs).
+pub fn claimed_minor(element: ElementType, max_minor: u32) -> Result<u32> {
+    let allowed_minor = max_minor.min(DLPackVersion::CURRENT.minor);
+    let (needed_minor, feature) = required_minor(element);
+    if needed_minor > allowed_minor {
+        return Err(Error::VersionTooOld {
+            feature,
+            needed_minor,
+            allowed_minor,
+        });
+    }
+    Ok(allowed_minor)
+}
+
+/// Refuses ([`Error::LegacyCannotCarry`]) a legacy export of what the legacy ABI, which has no
+/// flags, cannot say: READ_ONLY memory and padded sub-byte elements (IS_COPIED is only a hint
+/// and is dropped). The rule [`export_legacy`] applies, for callers that decide before they
+/// build (see the module docs).
+pub fn check_legacy(element: ElementType, read_only: bool) -> Result<()> {
+    let refusal = if read_only {
+        Some(("READ_ONLY", "read-only"))
+    } else if is_padded(element) {
+        Some((
+            "IS_SUBBYTE_TYPE_PADDED",
+            "of a sub-byte dtype stored one element per byte (padded)",
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some((flag, property)) => Err(Error::LegacyCannotCarry { flag, property }),
+        None => Ok(()),
     }
 }
 
@@ -215,20 +262,12 @@ fn build_versioned<O: Send + 'static>(
     owner: O,
     minor_version: u32,
 ) -> Result<Managed<DLManagedTensorVersioned>> {
-    let allowed_minor = minor_version.min(DLPackVersion::CURRENT.minor);
-    let (needed_minor, feature) = spec.required_minor();
-    if needed_minor > allowed_minor {
-        // `owner` is dropped here, before returning, as on every error path.
-        return Err(Error::VersionTooOld {
-            feature,
-            needed_minor,
-            allowed_minor,
-        });
-    }
+    // On error `owner` is dropped here, before returning, as on every error path.
+    let claimed = claimed_minor(spec.element, minor_version)?;
     let mut initialized = spec.initialize::<DLManagedTensorVersioned, O>(owner)?;
     let version = DLPackVersion {
         major: DLPackVersion::CURRENT.major,
-        minor: allowed_minor,
+        minor: claimed,
     };
     initialized
         .set_version(version)
@@ -250,21 +289,8 @@ pub fn export_legacy<O: Send + 'static>(
     spec: &ExportSpec,
     owner: O,
 ) -> Result<Managed<DLManagedTensor>> {
-    let flags = spec.flags();
-    let refusal = if flags.contains(DlpackFlags::READ_ONLY) {
-        Some(("READ_ONLY", "read-only"))
-    } else if flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED) {
-        Some((
-            "IS_SUBBYTE_TYPE_PADDED",
-            "of a sub-byte dtype stored one element per byte (padded)",
-        ))
-    } else {
-        None
-    };
-    if let Some((flag, property)) = refusal {
-        // `owner` is dropped here, before returning, as on every error path.
-        return Err(Error::LegacyCannotCarry { flag, property });
-    }
+    // On error `owner` is dropped here, before returning, as on every error path.
+    check_legacy(spec.element, spec.read_only)?;
     let initialized = spec.initialize::<DLManagedTensor, O>(owner)?;
     // SAFETY: as in `export_versioned`.
     let managed = unsafe { initialized.finish() };
