@@ -5,14 +5,18 @@
 //! plan out (stream ordering, copies) and builds the capsule it names.
 //!
 //! The rules, in the order they refuse:
-//! 1. `dl_device` must be the source's device, except that a CUDA source may be asked for the
-//!    host (`device_type` CPU): a copy to host memory. Anything else is a `BufferError`.
+//! 1. `dl_device` must be the source's device, except that CUDA, pinned (CUDAHost) and managed
+//!    (CUDAManaged) memory may be asked for on the host (`device_type` CPU): a copy to host
+//!    memory (refused with `copy=False`). Anything else is a `BufferError`.
 //! 2. A CUDA source is shared, its consumer's stream (`stream.cuda_handle()`, none for -1)
 //!    ordered after the producer's; `copy=True` is refused (no device copies), and so is
 //!    `copy=False` with a host `dl_device`, which needs one.
 //! 3. Any other source: on the CPU, `stream` must be `None` or -1 (`ValueError`). The memory is
 //!    shared unless `copy=True`, which makes a host copy (column-major, writable, IS_COPIED)
-//!    of host-readable memory and is refused for other devices (`BufferError`).
+//!    of host-readable memory and is refused for other devices (`BufferError`). The copy is
+//!    plain host memory, so pinned or managed memory is copied with `dl_device` absent or the
+//!    host, and refused when `dl_device` names its own device: an explicit `dl_device` is
+//!    always what the exported tensor says.
 //! 4. The capsule: legacy (`max_version` absent or major 0) only when the exported tensor is
 //!    neither read-only nor of a padded sub-byte type ([`rsdlpack::export::check_legacy`]);
 //!    versioned tensors claim the consumer's maximum minor version capped at ours, refused
@@ -94,9 +98,10 @@ pub struct ExportPlan {
 pub fn plan_export(source: &Source, request: &ExportRequest) -> BridgeResult<ExportPlan> {
     let device = source.device;
     let is_cuda = device.kind == DeviceKind::Cuda;
+    // Memory the driver knows (device, pinned, managed) may be asked for on the host: a copy.
     if let Some(wanted) = request
         .device
-        .filter(|&d| d != device && !(is_cuda && d.kind == DeviceKind::Cpu))
+        .filter(|&d| d != device && !(device.kind.is_cuda() && d.kind == DeviceKind::Cpu))
     {
         return Err(BridgeError::Buffer(format!(
             "cannot export a tensor on {device:?} to dl_device {wanted:?}"
@@ -135,13 +140,30 @@ pub fn plan_export(source: &Source, request: &ExportRequest) -> BridgeResult<Exp
                 request.stream.to_value()
             )));
         }
+        // Past the device check, a different `dl_device` is the host, for pinned or managed
+        // memory.
+        let to_host = request.device.is_some_and(|d| d != device);
         match request.copy {
+            Some(false) if to_host => {
+                return Err(BridgeError::Buffer(format!(
+                    "dl_device=(CPU, 0) needs a copy of this {device:?} tensor but copy=False"
+                )));
+            }
+            _ if to_host => Memory::HostCopy,
             Some(true) if !device.kind.host_accessible() => {
                 return Err(rsdlpack::Error::UnsupportedDevice {
                     device: device.to_dlpack(),
                     hint: " or copy it on the device first",
                 }
                 .into());
+            }
+            // A copy is host memory: a consumer that named this tensor's own (pinned or
+            // managed) device must not receive it.
+            Some(true) if request.device.is_some() && device.kind != DeviceKind::Cpu => {
+                return Err(BridgeError::Buffer(format!(
+                    "copy=True of this {device:?} tensor makes a host copy, not one on \
+                     dl_device {device:?}; ask for dl_device=(CPU, 0)"
+                )));
             }
             Some(true) => Memory::HostCopy,
             _ => Memory::Shared {
@@ -302,6 +324,47 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(refused.code(), ErrorCode::Buffer);
+    }
+
+    /// Found by `fuzz/fuzz_targets/export_request.rs`: a copy of managed memory asked for on
+    /// its own device (`dl_device=(CUDAManaged, 0), copy=True`) was planned as host memory,
+    /// and the capsule said CPU.
+    #[test]
+    fn an_explicit_dl_device_is_what_the_tensor_says_or_a_refusal() {
+        for kind in [DeviceKind::CudaManaged, DeviceKind::CudaHost] {
+            let own = Device { kind, id: 0 };
+            let src = source(own, ElementType::Float32, false);
+            let mut req = request(VersionRequest::Versioned { minor: 3 });
+            req.device = Some(own);
+            req.copy = Some(true);
+            let refused = plan_export(&src, &req).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::Buffer, "{refused}");
+            assert!(
+                refused.to_string().contains("dl_device=(CPU, 0)"),
+                "{refused}"
+            );
+            // The way out: the host, copied.
+            req.device = Some(Device::CPU);
+            for copy in [None, Some(true)] {
+                req.copy = copy;
+                let plan = plan_export(&src, &req).unwrap();
+                assert_eq!((plan.memory, plan.device), (Memory::HostCopy, Device::CPU));
+            }
+            req.copy = Some(false);
+            assert_eq!(
+                plan_export(&src, &req).unwrap_err().code(),
+                ErrorCode::Buffer
+            );
+            // No dl_device: a host copy, as before.
+            req.device = None;
+            req.copy = Some(true);
+            assert_eq!(plan_export(&src, &req).unwrap().memory, Memory::HostCopy);
+            // Shared: the device itself.
+            req.copy = None;
+            req.device = Some(own);
+            let shared = plan_export(&src, &req).unwrap();
+            assert_eq!(shared.device, own);
+        }
     }
 
     #[test]
