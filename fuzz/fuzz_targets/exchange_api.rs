@@ -59,6 +59,8 @@ use std::sync::{Arc, OnceLock};
 const MAX_OPS: usize = 6;
 /// Largest span a foreign tensor's real buffer covers.
 const REAL_SPAN_LIMIT: i64 = 1 << 14;
+/// Largest dense copy of a foreign tensor that operations may ask for.
+const COPY_LIMIT: usize = 1 << 18;
 
 // ---------------------------------------------------------------------------------------------
 // Input.
@@ -372,7 +374,8 @@ fn deletes(id: usize) -> u32 {
 }
 
 /// A foreign tensor, built; `expected` is what validating it says (what our functions must
-/// agree with), and `readable` whether its data is a real buffer covering its span.
+/// agree with), and `readable` whether it may be copied: its data is a real buffer covering its
+/// span, and its dense copy is small (a broadcast over a small span can be gigabytes).
 struct Built {
     raw: *mut DLManagedTensorVersioned,
     id: usize,
@@ -449,7 +452,7 @@ fn build(f: &Foreign) -> Built {
             tensor.data = (first - offset) as *mut c_void;
             tensor.byte_offset = offset as u64;
             data = Some(buffer);
-            readable = true;
+            readable = d.dense_byte_size() <= COPY_LIMIT;
         }
     }
     let expected = if version.major == 1 {
@@ -530,7 +533,7 @@ struct Entry {
     object: Py<PyAny>,
     /// The exporter's tensor as validated when it was made.
     descriptor: TensorDescriptor,
-    /// Whether its data is real memory covering its span (copies may read it).
+    /// Whether it may be copied (see `Built`).
     readable: bool,
 }
 
@@ -992,7 +995,7 @@ fn dunder(py: Python<'_>, pool: &[Entry], k: u8, versioned: bool, copy: Option<b
     if versioned {
         kwargs.set_item("max_version", (1, 3)).unwrap();
     }
-    // Copies read the memory: only of real buffers.
+    // Copies read the memory: only of real, small buffers.
     if let Some(copy) = copy.filter(|&c| !c || entry.readable) {
         kwargs.set_item("copy", copy).unwrap();
     }
@@ -1038,7 +1041,7 @@ fn import_own(py: Python<'_>, pool: &[Entry], k: u8, r: &Request) {
     let entry = &pool[usize::from(k) % pool.len()];
     let mut request = import_request(r);
     if !entry.readable {
-        // Copies read the memory: a fake address must not be copied.
+        // Copies read the memory: a fake address (or a huge broadcast) is not copied.
         request.copy = request.copy.filter(|&c| !c);
         request.device = request.device.filter(|&d| d == entry.descriptor.device);
     }
