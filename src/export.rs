@@ -26,10 +26,10 @@ use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
 use dlpark::metadata::Dynamic;
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
 
-/// The lowest DLPack 1.x minor version that can describe `descriptor`, and the feature that
-/// needs it (see the module docs).
-pub fn required_minor(descriptor: &TensorDescriptor) -> (u32, &'static str) {
-    match descriptor.element() {
+/// The lowest DLPack 1.x minor version that can describe elements of type `element`, and the
+/// feature that needs it (see the module docs).
+pub fn required_minor(element: ElementType) -> (u32, &'static str) {
+    match element {
         ElementType::RawBytes { bits, .. } if bits < 8 => (
             1,
             "a padded sub-byte dtype (fp6/fp4, IS_SUBBYTE_TYPE_PADDED)",
@@ -40,13 +40,57 @@ pub fn required_minor(descriptor: &TensorDescriptor) -> (u32, &'static str) {
     }
 }
 
+/// Whether `element` is a sub-byte type stored one element per byte (IS_SUBBYTE_TYPE_PADDED).
+fn is_padded(element: ElementType) -> bool {
+    matches!(element, ElementType::RawBytes { bits, .. } if bits < 8)
+}
+
+/// The minor version a versioned export of `element` declares for a consumer that accepts at
+/// most 1.`max_minor`: that maximum, capped at ours; refused ([`Error::VersionTooOld`]) when
+/// the element needs a newer one. The rule [`export_versioned`] applies, for callers that
+/// decide before they build (see the module docs).
+pub fn claimed_minor(element: ElementType, max_minor: u32) -> Result<u32> {
+    let allowed_minor = max_minor.min(DLPackVersion::CURRENT.minor);
+    let (needed_minor, feature) = required_minor(element);
+    if needed_minor > allowed_minor {
+        return Err(Error::VersionTooOld {
+            feature,
+            needed_minor,
+            allowed_minor,
+        });
+    }
+    Ok(allowed_minor)
+}
+
+/// Refuses ([`Error::LegacyCannotCarry`]) a legacy export of what the legacy ABI, which has no
+/// flags, cannot say: READ_ONLY memory and padded sub-byte elements (IS_COPIED is only a hint
+/// and is dropped). The rule [`export_legacy`] applies, for callers that decide before they
+/// build (see the module docs).
+pub fn check_legacy(element: ElementType, read_only: bool) -> Result<()> {
+    let refusal = if read_only {
+        Some(("READ_ONLY", "read-only"))
+    } else if is_padded(element) {
+        Some((
+            "IS_SUBBYTE_TYPE_PADDED",
+            "of a sub-byte dtype stored one element per byte (padded)",
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some((flag, property)) => Err(Error::LegacyCannotCarry { flag, property }),
+        None => Ok(()),
+    }
+}
+
 fn flags(descriptor: &TensorDescriptor) -> DlpackFlags {
     let mut flags = DlpackFlags::empty();
     flags.set(DlpackFlags::READ_ONLY, descriptor.read_only());
     flags.set(DlpackFlags::IS_COPIED, descriptor.is_copied());
-    if matches!(descriptor.element(), ElementType::RawBytes { bits, .. } if bits < 8) {
-        flags |= DlpackFlags::IS_SUBBYTE_TYPE_PADDED;
-    }
+    flags.set(
+        DlpackFlags::IS_SUBBYTE_TYPE_PADDED,
+        is_padded(descriptor.element()),
+    );
     flags
 }
 
@@ -77,20 +121,12 @@ pub fn export_versioned<O: Send + 'static>(
     owner: O,
     minor_version: u32,
 ) -> Result<Managed<DLManagedTensorVersioned>> {
-    let allowed_minor = minor_version.min(DLPackVersion::CURRENT.minor);
-    let (needed_minor, feature) = required_minor(descriptor);
-    if needed_minor > allowed_minor {
-        // `owner` is dropped here, before returning, as on every error path.
-        return Err(Error::VersionTooOld {
-            feature,
-            needed_minor,
-            allowed_minor,
-        });
-    }
+    // On error `owner` is dropped here, before returning, as on every error path.
+    let claimed = claimed_minor(descriptor.element(), minor_version)?;
     let mut initialized = initialize::<DLManagedTensorVersioned, O>(descriptor, owner)?;
     let version = DLPackVersion {
         major: DLPackVersion::CURRENT.major,
-        minor: allowed_minor,
+        minor: claimed,
     };
     initialized
         .set_version(version)
@@ -127,21 +163,8 @@ pub fn export_legacy<O: Send + 'static>(
     descriptor: &TensorDescriptor,
     owner: O,
 ) -> Result<Managed<DLManagedTensor>> {
-    let flags = flags(descriptor);
-    let refusal = if flags.contains(DlpackFlags::READ_ONLY) {
-        Some(("READ_ONLY", "read-only"))
-    } else if flags.contains(DlpackFlags::IS_SUBBYTE_TYPE_PADDED) {
-        Some((
-            "IS_SUBBYTE_TYPE_PADDED",
-            "of a sub-byte dtype stored one element per byte (padded)",
-        ))
-    } else {
-        None
-    };
-    if let Some((flag, property)) = refusal {
-        // `owner` is dropped here, before returning, as on every error path.
-        return Err(Error::LegacyCannotCarry { flag, property });
-    }
+    // On error `owner` is dropped here, before returning, as on every error path.
+    check_legacy(descriptor.element(), descriptor.read_only())?;
     let initialized = initialize::<DLManagedTensor, O>(descriptor, owner)?;
     // SAFETY: as in `export_versioned`.
     Ok(unsafe { initialized.finish() })
@@ -398,7 +421,7 @@ mod tests {
             (&padded, 1),
             (&packed, 1),
         ] {
-            assert_eq!(required_minor(spec).0, needed, "{spec:?}");
+            assert_eq!(required_minor(spec.element()).0, needed, "{spec:?}");
             for allowed in 0..=4u32 {
                 let (owner, count) = CountingOwner::new();
                 let result = export_versioned(spec, owner, allowed);

@@ -11,8 +11,9 @@
 //!   inside its parent, whose start is the tensor's lowest byte and whose size fits in isize;
 //!   `parent_overhang` returns the bytes past the tensor's end;
 //! - when the byte span is at most 1 MiB, the tensor is rebuilt over a real, patterned buffer
-//!   and `materialize` (both orders) is compared with a naive strided read;
-//! - `export_versioned(ExportSpec::of(d), (), 3)` succeeds and validates back to the same
+//!   and `materialize` (both orders) is compared with a naive strided read (copies above
+//!   64 KiB or 4096 elements for one distinct input in 16, see `sampled`);
+//! - `export_versioned(d, (), 3)` succeeds and validates back to the same
 //!   descriptor fields.
 
 #![no_main]
@@ -26,7 +27,7 @@ use rsdlpack::dlpark::ffi::{
 };
 use rsdlpack::export::export_versioned;
 use rsdlpack::{
-    CopyPolicy, ElementType, Error, ExportSpec, IndexOrder, LayoutPlan, TensorDescriptor, ViewPlan,
+    CopyPolicy, ElementType, Error, IndexOrder, LayoutPlan, TensorDescriptor, ViewPlan,
 };
 use std::alloc::Layout;
 
@@ -39,9 +40,16 @@ const COPY_DENSE_LIMIT: usize = 4 << 20;
 const COPY_ELEMENT_LIMIT: usize = 1 << 17;
 /// Largest tensor whose view is checked element by element.
 const ENUMERATE_LIMIT: usize = 4096;
+/// Copies up to this many dense bytes and elements are checked for every input; larger ones
+/// (up to the limits above) for one input in `LARGE_COPY_SAMPLE`, chosen by a hash of the
+/// input, so that they keep being exercised (the copy engine's parallel path) without making
+/// every run pay for megabyte copies under the sanitizer (see `sampled`).
+const SMALL_COPY_BYTES: usize = 64 << 10;
+const SMALL_COPY_ELEMENTS: usize = 4096;
+const LARGE_COPY_SAMPLE: u64 = 16;
 
 /// A 64-bit value, biased toward the extremes.
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Wide {
     Zero,
     One,
@@ -55,7 +63,11 @@ enum Wide {
     NearMax(u8),
     NearMin(u8),
     /// ±2^k, or ±(2^k ± 1).
-    Pow { shift: u8, negative: bool, nudge: i8 },
+    Pow {
+        shift: u8,
+        negative: bool,
+        nudge: i8,
+    },
     Raw(i64),
 }
 
@@ -88,7 +100,7 @@ impl Wide {
 }
 
 /// A dimension: mostly small (so that tensors are real), sometimes anything.
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Dim {
     One,
     Two,
@@ -114,7 +126,7 @@ impl Dim {
 }
 
 /// A stride: mostly small, either sign, sometimes anything.
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Stride {
     Small(i8),
     Tiny(u8),
@@ -133,7 +145,7 @@ impl Stride {
     }
 }
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Rank {
     /// 0..=6.
     Usual(u8),
@@ -152,7 +164,7 @@ impl Rank {
     }
 }
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Dtype {
     F32,
     F64,
@@ -165,7 +177,11 @@ enum Dtype {
     Fp8(bool),
     Fp4,
     Fp6,
-    Other { code: u8, bits: u8, lanes: u16 },
+    Other {
+        code: u8,
+        bits: u8,
+        lanes: u16,
+    },
 }
 
 impl Dtype {
@@ -182,12 +198,14 @@ impl Dtype {
             Dtype::Fp8(fnuz) => scalar(DLDataTypeCode(if fnuz { 11 } else { 10 }), 8),
             Dtype::Fp4 => scalar(DLDataTypeCode::FLOAT4_E2M1FN, 4),
             Dtype::Fp6 => scalar(DLDataTypeCode::FLOAT6_E2M3FN, 6),
-            Dtype::Other { code, bits, lanes } => DLDataType::new(DLDataTypeCode(code), bits, lanes),
+            Dtype::Other { code, bits, lanes } => {
+                DLDataType::new(DLDataTypeCode(code), bits, lanes)
+            }
         }
     }
 }
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Address {
     Null,
     /// A page-aligned fake address.
@@ -211,7 +229,7 @@ impl Address {
     }
 }
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Offset {
     Zero,
     Small(u16),
@@ -228,7 +246,7 @@ impl Offset {
     }
 }
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Arbitrary, Debug, Clone, Copy, Hash)]
 enum Dev {
     Cpu,
     CpuAgain,
@@ -254,7 +272,7 @@ impl Dev {
     }
 }
 
-#[derive(Arbitrary, Debug)]
+#[derive(Arbitrary, Debug, Hash)]
 struct Input {
     rank: Rank,
     dims: [Dim; 6],
@@ -335,11 +353,14 @@ fn check(input: &Input) {
     // The descriptor restates the input.
     assert_eq!(d.ndim(), len);
     assert!(len <= rsdlpack::MAX_NDIM);
-    assert_eq!(&d.shape[..], &raw.shape[..]);
+    assert_eq!(&d.shape()[..], &raw.shape[..]);
     if !raw.null_strides {
-        assert_eq!(&d.strides[..], &raw.strides[..]);
+        assert_eq!(&d.strides()[..], &raw.strides[..]);
     }
-    assert_eq!(d.first_element as u64, (data as u64).wrapping_add(byte_offset));
+    assert_eq!(
+        d.first_element() as u64,
+        (data as u64).wrapping_add(byte_offset)
+    );
     let count = d.element_count();
     let dense = d.dense_byte_size();
     let (low, high) = d.byte_span();
@@ -349,10 +370,13 @@ fn check(input: &Input) {
     } else {
         assert!(low <= 0 && high > 0, "span {low}..{high}");
         assert!(i128::from(high) - i128::from(low) <= isize::MAX as i128);
-        assert!(d.first_element as i128 + i128::from(low) >= 0);
-        assert!(d.first_element as i128 + i128::from(high) <= usize::MAX as i128);
+        assert!(d.first_element() as i128 + i128::from(low) >= 0);
+        assert!(d.first_element() as i128 + i128::from(high) <= usize::MAX as i128);
         // Misaligned data is valid; the planner must not view it (checked in check_plans).
-        assert_eq!(d.is_aligned(), d.first_element % d.element.alignment() == 0);
+        assert_eq!(
+            d.is_aligned(),
+            d.first_element() % d.element().alignment() == 0
+        );
     }
 
     check_export(&d);
@@ -365,7 +389,7 @@ fn check(input: &Input) {
 }
 
 fn ordered(d: &TensorDescriptor, order: IndexOrder) -> (Vec<i64>, Vec<i64>) {
-    let (mut shape, mut strides) = (d.shape.to_vec(), d.strides.to_vec());
+    let (mut shape, mut strides) = (d.shape().to_vec(), d.strides().to_vec());
     if order == IndexOrder::Reversed {
         shape.reverse();
         strides.reverse();
@@ -374,22 +398,21 @@ fn ordered(d: &TensorDescriptor, order: IndexOrder) -> (Vec<i64>, Vec<i64>) {
 }
 
 fn check_export(d: &TensorDescriptor) {
-    let spec = ExportSpec::of(d);
-    let managed = export_versioned(&spec, (), 3)
+    let managed = export_versioned(d, (), 3)
         .unwrap_or_else(|e| panic!("export of a validated tensor failed: {e}; {d:?}"));
     // SAFETY: a tensor we just built; its metadata lives in its own allocation.
     let back = unsafe {
         TensorDescriptor::validate(managed.tensor(), Some(managed.version()), managed.flags())
     }
     .unwrap_or_else(|e| panic!("exported tensor does not validate: {e}; {d:?}"));
-    assert_eq!(back.shape, d.shape, "{d:?}");
-    assert_eq!(back.strides, d.strides, "{d:?}");
-    assert_eq!(back.element, d.element, "{d:?}");
-    assert_eq!(back.first_element, d.first_element, "{d:?}");
-    assert_eq!(back.device, d.device, "{d:?}");
+    assert_eq!(back.shape(), d.shape(), "{d:?}");
+    assert_eq!(back.strides(), d.strides(), "{d:?}");
+    assert_eq!(back.element(), d.element(), "{d:?}");
+    assert_eq!(back.first_element(), d.first_element(), "{d:?}");
+    assert_eq!(back.device(), d.device(), "{d:?}");
     assert_eq!(
-        (back.read_only, back.is_copied),
-        (d.read_only, d.is_copied),
+        (back.read_only(), back.is_copied()),
+        (d.read_only(), d.is_copied()),
         "{d:?}"
     );
 }
@@ -401,7 +424,7 @@ fn check_plans(d: &TensorDescriptor, order: IndexOrder) {
     let (shape, strides) = ordered(d, order);
     let dims: Vec<usize> = shape.iter().map(|&n| n as usize).collect();
 
-    if let ElementType::PackedBits { .. } = d.element {
+    if let ElementType::PackedBits { .. } = d.element() {
         let bytes = d.dense_byte_size();
         assert!(
             matches!(&always, Ok(LayoutPlan::Copy { dims, .. }) if dims[..] == [bytes]),
@@ -456,7 +479,7 @@ fn check_plans(d: &TensorDescriptor, order: IndexOrder) {
 /// result order).
 fn check_view(d: &TensorDescriptor, view: &ViewPlan, shape: &[i64], strides: &[i64]) {
     let n = shape.len();
-    let size = d.element.size() as i128;
+    let size = d.element().size() as i128;
     assert_eq!(view.parent_dims.len(), view.ranges.len(), "{view:?}");
     assert_eq!(view.permutation.len(), n, "{view:?}");
     let mut seen = vec![false; view.parent_dims.len()];
@@ -518,32 +541,79 @@ fn check_view(d: &TensorDescriptor, view: &ViewPlan, shape: &[i64], strides: &[i
         "index 0 is not the first element: {view:?}, shape {shape:?}, strides {strides:?}"
     );
 
-    // Element by element, as `assert_view_addresses` does, for small tensors.
+    // Element by element, as `assert_view_addresses` does, for small tensors: both addresses
+    // advance together, first index fastest (dims of extent 1 never move).
     let count = d.element_count();
     if count <= ENUMERATE_LIMIT {
+        let moving: Vec<usize> = (0..n).filter(|&k| shape[k] > 1).collect();
+        let mut index = vec![0i128; n];
+        let mut parent_index: Vec<i128> = (0..n)
+            .map(|k| view.ranges[view.permutation[k]].start as i128 - 1)
+            .collect();
+        let mut dlpack = 0i128;
+        let mut julia = view.parent_byte_offset as i128
+            + (0..n)
+                .map(|k| parent_index[k] * parent_strides[view.permutation[k]] * size)
+                .sum::<i128>();
         for flat in 0..count {
-            let mut rest = flat;
-            let mut dlpack = 0i128;
-            let mut julia = view.parent_byte_offset as i128;
-            for k in 0..n {
-                let extent = shape[k] as usize;
-                let i = (rest % extent) as i128;
-                rest /= extent;
-                dlpack += i * strides[k] as i128 * size;
-                let p = view.permutation[k];
-                let r = view.ranges[p];
-                let parent_index = r.start as i128 - 1 + i * r.step as i128;
-                assert!((0..view.parent_dims[p] as i128).contains(&parent_index));
-                julia += parent_index * parent_strides[p] * size;
-            }
             assert_eq!(julia, dlpack, "element {flat}: {view:?}");
+            for &k in &moving {
+                let p = view.permutation[k];
+                let step = view.ranges[p].step as i128;
+                if index[k] + 1 < shape[k] as i128 {
+                    index[k] += 1;
+                    parent_index[k] += step;
+                    assert!((0..view.parent_dims[p] as i128).contains(&parent_index[k]));
+                    dlpack += strides[k] as i128 * size;
+                    julia += step * parent_strides[p] * size;
+                    break;
+                }
+                // Wrap this index to 0 and carry into the next.
+                let back = index[k];
+                index[k] = 0;
+                parent_index[k] -= back * step;
+                dlpack -= back * strides[k] as i128 * size;
+                julia -= back * step * parent_strides[p] * size;
+            }
         }
     }
 
     let overhang = view.parent_overhang(d);
     let parent_end = view.parent_byte_offset as i128 + parent_bytes as i128;
-    assert!(parent_end >= i128::from(high), "parent ends before the tensor: {view:?}");
+    assert!(
+        parent_end >= i128::from(high),
+        "parent ends before the tensor: {view:?}"
+    );
     assert_eq!(overhang as i128, parent_end - i128::from(high), "{view:?}");
+}
+
+/// Whether this input's large copies are checked: one input in `LARGE_COPY_SAMPLE`, chosen by a
+/// hash of the decoded input (the same input always answers the same), each distinct input
+/// once per process: libFuzzer often mutates only bytes the decoding ignores, which would
+/// otherwise repeat the same megabyte copy. `RSDLPACK_FUZZ_ALL_COPIES=1` checks every input
+/// (for `tmin` or replays of a crash in a large copy).
+fn sampled(input: &Input) -> bool {
+    use std::hash::{Hash, Hasher};
+    static ALL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ALL.get_or_init(|| std::env::var_os("RSDLPACK_FUZZ_ALL_COPIES").is_some_and(|v| v == "1")) {
+        return true;
+    }
+    let mut hasher = std::hash::DefaultHasher::new();
+    input.hash(&mut hasher);
+    let hash = hasher.finish();
+    if hash % LARGE_COPY_SAMPLE != 0 {
+        return false;
+    }
+    static SEEN: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap();
+    if seen.contains(&hash) {
+        return false;
+    }
+    if seen.len() >= 4096 {
+        seen.clear();
+    }
+    seen.push(hash);
+    true
 }
 
 /// A 64-byte-aligned heap buffer, freed on drop.
@@ -558,10 +628,21 @@ impl Backing {
         // SAFETY: `len > 0` (a non-empty tensor spans at least one byte).
         let ptr = unsafe { std::alloc::alloc(layout) };
         assert!(!ptr.is_null());
-        for j in 0..len {
-            let mixed = (j as u32).wrapping_mul(2_654_435_761) ^ (j as u32 >> 8);
+        // A pattern in which every 8-byte word differs from its neighbours, written a word
+        // at a time (the tail byte by byte).
+        let words = len / 8;
+        for w in 0..words {
+            let mixed = (w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            // SAFETY: inside the allocation (`w * 8 + 8 <= len`); unaligned writes are allowed.
+            unsafe {
+                ptr.add(w * 8)
+                    .cast::<u64>()
+                    .write_unaligned(mixed ^ (mixed >> 29))
+            };
+        }
+        for j in words * 8..len {
             // SAFETY: inside the allocation.
-            unsafe { ptr.add(j).write((mixed >> 11) as u8 ^ j as u8) };
+            unsafe { ptr.add(j).write((j as u8).wrapping_mul(151) ^ 0x3c) };
         }
         Self { ptr, len }
     }
@@ -595,7 +676,13 @@ fn check_copy(
     {
         return;
     }
-    if !d.device.kind.host_accessible() {
+    let large = span as usize > SMALL_COPY_BYTES
+        || d.dense_byte_size() > SMALL_COPY_BYTES
+        || d.element_count() > SMALL_COPY_ELEMENTS;
+    if large && !sampled(input) {
+        return;
+    }
+    if !d.device().kind.host_accessible() {
         // Refused before any read (the address is fake).
         // SAFETY: never dereferenced: the device is not host memory.
         let result = unsafe { materialize(d, IndexOrder::Producer) };
@@ -620,13 +707,18 @@ fn check_copy(
     let Ok(real) = (unsafe { TensorDescriptor::validate(&tensor, version, flags) }) else {
         return;
     };
-    assert_eq!(real.first_element, first);
+    assert_eq!(real.first_element(), first);
     assert_eq!(
-        (real.element, real.shape, real.strides, real.byte_span()),
-        (d.element, d.shape, d.strides, d.byte_span())
+        (
+            real.element(),
+            real.shape(),
+            real.strides(),
+            real.byte_span()
+        ),
+        (d.element(), d.shape(), d.strides(), d.byte_span())
     );
     let source = backing.bytes();
-    let size = real.element.size();
+    let size = real.element().size();
     for order in [IndexOrder::Producer, IndexOrder::Reversed] {
         // SAFETY: every byte the tensor addresses lies in `backing`, which nobody writes now.
         let out = unsafe { materialize(&real, order) }
@@ -634,29 +726,37 @@ fn check_copy(
         assert_eq!(out.len(), real.dense_byte_size());
         assert_eq!(out.as_ptr() as usize % BUFFER_ALIGN, 0);
         let out = out.as_slice();
-        if let ElementType::PackedBits { .. } = real.element {
+        if let ElementType::PackedBits { .. } = real.element() {
             assert_eq!(out, &source[..out.len()], "packed copy differs");
             continue;
         }
         let (shape, strides) = ordered(&real, order);
+        // The source offset of each element in column-major order of `shape`, walked as an
+        // odometer (first index fastest; dims of extent 1 never move).
+        let moving: Vec<usize> = (0..shape.len()).filter(|&k| shape[k] > 1).collect();
+        let mut index = vec![0i64; shape.len()];
+        let mut offset = -i128::from(low);
         for (flat, element) in out.chunks_exact(size).enumerate() {
-            let mut rest = flat;
-            let mut offset = -i128::from(low);
-            for (&n, &s) in shape.iter().zip(&strides) {
-                let n = n as usize;
-                offset += (rest % n) as i128 * s as i128 * size as i128;
-                rest /= n;
-            }
             assert!(
                 offset >= 0 && offset + size as i128 <= span as i128,
                 "element {flat} outside the span"
             );
-            let offset = offset as usize;
+            let at = offset as usize;
             assert_eq!(
                 element,
-                &source[offset..offset + size],
+                &source[at..at + size],
                 "element {flat} ({order:?}) differs: shape {shape:?}, strides {strides:?}"
             );
+            for &k in &moving {
+                let step = i128::from(strides[k]) * size as i128;
+                if index[k] + 1 < shape[k] {
+                    index[k] += 1;
+                    offset += step;
+                    break;
+                }
+                offset -= i128::from(index[k]) * step;
+                index[k] = 0;
+            }
         }
     }
 }

@@ -164,7 +164,9 @@ impl ExchangeApi {
             });
         }
         // SAFETY: on success the producer hands us an owned DLManagedTensorVersioned.
-        let tensor = unsafe { ManagedTensor::from_versioned_raw(out) }?;
+        let tensor = unsafe { ManagedTensor::from_versioned_raw(out) };
+        // Taken whatever the tensor is: an exception must not outlive this call, also when
+        // the tensor is refused (a foreign major version).
         if let Some(err) = PyErr::take(py) {
             // A producer that reports success must not leave an exception behind.
             drop(tensor);
@@ -173,6 +175,7 @@ impl ExchangeApi {
                 err,
             ));
         }
+        let tensor = tensor?;
         IMPORTS.with(|n| n.set(n.get() + 1));
         Ok(tensor)
     }

@@ -9,7 +9,8 @@
 //! `__dlpack_c_exchange_api__` (see [`crate::exporter_api`]).
 
 use crate::capsule::into_capsule;
-use crate::error::{BridgeError, BridgeResult};
+use crate::error::BridgeResult;
+use crate::negotiate::{self, Capsule, ExportRequest, Memory, plan_export};
 use crate::request::{
     StreamRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
 };
@@ -87,24 +88,32 @@ impl Exporter {
     fn export<'py>(
         &self,
         py: Python<'py>,
-        stream: StreamRequest,
-        version: VersionRequest,
-        device: Option<rsdlpack::Device>,
-        copy: Option<bool>,
+        request: &ExportRequest,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
-        let (spec, owner) = self.prepare(stream, device, copy)?;
-        match version {
-            VersionRequest::Versioned { minor } => {
+        let plan = plan_export(&self.facts(), request)?;
+        let (spec, owner) = self.carry_out(plan.memory)?;
+        match plan.capsule {
+            Capsule::Versioned { minor } => {
                 let tensor = export_versioned(&spec, owner, minor)?;
                 into_capsule(py, tensor)
             }
-            VersionRequest::Legacy => into_capsule(py, export_legacy(&spec, owner)?),
+            Capsule::Legacy => into_capsule(py, export_legacy(&spec, owner)?),
         }
     }
 
     /// The validated tensor behind this exporter.
     pub(crate) fn descriptor(&self) -> &rsdlpack::TensorDescriptor {
         &self.source.descriptor
+    }
+
+    /// What [`plan_export`] needs to know about the source.
+    fn facts(&self) -> negotiate::Source {
+        let d = self.descriptor();
+        negotiate::Source {
+            device: d.device(),
+            element: d.element(),
+            read_only: d.read_only(),
+        }
     }
 
     /// What `__dlpack__(max_version=(1, 3))` would hand out, as a managed tensor (for the C
@@ -115,7 +124,16 @@ impl Exporter {
             DeviceKind::Cuda => StreamRequest::LegacyDefault,
             _ => StreamRequest::Omitted,
         };
-        let (spec, owner) = self.prepare(stream, None, None)?;
+        let request = ExportRequest {
+            stream,
+            version: VersionRequest::Versioned {
+                minor: DLPackVersion::CURRENT.minor,
+            },
+            device: None,
+            copy: None,
+        };
+        let plan = plan_export(&self.facts(), &request)?;
+        let (spec, owner) = self.carry_out(plan.memory)?;
         Ok(export_versioned(
             &spec,
             owner,
@@ -136,105 +154,19 @@ impl Exporter {
         Ok(unsafe { rsdlpack::cuda::order::order_streams(descriptor.device().id, producer, 1) }?)
     }
 
-    /// The spec and owner of one export (see `__dlpack__`).
-    fn prepare(
-        &self,
-        stream: StreamRequest,
-        device: Option<rsdlpack::Device>,
-        copy: Option<bool>,
-    ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
-        let descriptor = &*self.source.descriptor;
-        // Only device → host copies are offered; any other device change is refused here.
-        let host_copy_of_device = descriptor.device().kind == DeviceKind::Cuda;
-        if let Some(wanted) = device.filter(|&d| {
-            d != descriptor.device() && !(host_copy_of_device && d.kind == DeviceKind::Cpu)
-        }) {
-            return Err(BridgeError::Buffer(format!(
-                "cannot export a tensor on {:?} to dl_device {wanted:?}",
-                descriptor.device()
-            )));
-        }
-        match descriptor.device().kind {
-            DeviceKind::Cuda => self.export_device(stream, device, copy),
-            _ => self.export_host(stream, copy),
-        }
-    }
-}
-
-impl Exporter {
-    /// A capsule over the source itself. Several capsules share the memory, so none may claim
-    /// IS_COPIED (a private copy), whatever the source said.
-    fn shared(&self) -> (Cow<'_, TensorDescriptor>, CapsuleOwner) {
-        let source = &*self.source.descriptor;
-        // Borrowed unless the flag must change: a descriptor is large, and this is every
-        // zero-copy export.
-        let spec = if source.is_copied() {
-            Cow::Owned(source.with_is_copied(false))
-        } else {
-            Cow::Borrowed(source)
-        };
-        (spec, CapsuleOwner::Shared(Arc::clone(&self.source)))
-    }
-
-    fn export_host(
-        &self,
-        stream: StreamRequest,
-        copy: Option<bool>,
-    ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
-        let descriptor = &*self.source.descriptor;
-        if descriptor.device().kind == DeviceKind::Cpu
-            && !matches!(stream, StreamRequest::Omitted | StreamRequest::NoSync)
-        {
-            return Err(BridgeError::Argument(format!(
-                "stream must be None for a CPU tensor, got {:?}",
-                stream.to_value()
-            )));
-        }
-        if copy != Some(true) {
-            return Ok(self.shared());
-        }
-        // SAFETY: the source's memory is alive (we own it) and host-readable (materialize
-        // refuses other devices). Holders of earlier capsules may write it concurrently: DLPack
-        // leaves synchronising writers of shared memory to its users, and the copy moves plain
-        // bytes, so a racing writer yields a mix of old and new values, never invalid ones.
-        let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
-        let spec = descriptor.copied_at(buffer.as_ptr() as usize);
-        Ok((Cow::Owned(spec), CapsuleOwner::Copy(buffer)))
-    }
-
-    /// A CUDA tensor: zero-copy on its device with the consumer's stream ordered after the
-    /// producer's (an event, no host wait), or a host copy for `dl_device=(CPU, 0)`.
-    fn export_device(
-        &self,
-        stream: StreamRequest,
-        device: Option<rsdlpack::Device>,
-        copy: Option<bool>,
-    ) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
-        let descriptor = &*self.source.descriptor;
+    /// The spec and owner of one export, as [`plan_export`] decided: the source itself (its
+    /// consumer's stream ordered after the producer's, for CUDA memory), or a host copy.
+    fn carry_out(&self, memory: Memory) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
+        let descriptor = self.descriptor();
+        // For device memory: the stream its producer wrote it on (legacy default if unnamed).
         let producer = self.source.stream.unwrap_or(1);
-        match device {
-            Some(wanted) if wanted.kind == DeviceKind::Cpu => {
-                if copy == Some(false) {
-                    return Err(BridgeError::Buffer(format!(
-                        "dl_device=(CPU, 0) needs a copy of this {:?} tensor but copy=False",
-                        descriptor.device()
-                    )));
-                }
-                // SAFETY: `producer` is the stream the exporter's creator named for this memory
-                // (rsdlpack_py_export_with_stream's contract) or the legacy default stream.
-                let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
-                let spec = host.descriptor;
-                Ok((Cow::Owned(spec), CapsuleOwner::HostCopy(Box::new(host))))
-            }
-            _ if copy == Some(true) => Err(BridgeError::Buffer(
-                "copy=True of device memory is not supported by this exporter; ask for \
-                 dl_device=(CPU, 0) or copy on the consumer side"
-                    .into(),
-            )),
-            _ => {
-                if let Some(consumer) = stream.cuda_handle() {
-                    // SAFETY: `producer` as above; `consumer` is the stream the DLPack consumer
-                    // will use, which the protocol requires to be live on this device.
+        match memory {
+            Memory::Shared { consumer_stream } => {
+                if let Some(consumer) = consumer_stream {
+                    // SAFETY: `producer` is the stream the exporter's creator named for this
+                    // memory (rsdlpack_py_export_with_stream's contract) or the legacy default
+                    // stream; `consumer` is the stream the DLPack consumer will use, which the
+                    // protocol requires to be live on this device.
                     unsafe {
                         rsdlpack::cuda::order::order_streams(
                             descriptor.device().id,
@@ -245,7 +177,37 @@ impl Exporter {
                 }
                 Ok(self.shared())
             }
+            Memory::HostCopy => {
+                // SAFETY: the source's memory is alive (we own it) and host-readable (the plan
+                // copies only such memory; materialize refuses other devices). Holders of
+                // earlier capsules may write it concurrently: DLPack leaves synchronising
+                // writers of shared memory to its users, and the copy moves plain bytes, so a
+                // racing writer yields a mix of old and new values, never invalid ones.
+                let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
+                let spec = descriptor.copied_at(buffer.as_ptr() as usize);
+                Ok((Cow::Owned(spec), CapsuleOwner::Copy(buffer)))
+            }
+            Memory::DeviceToHost => {
+                // SAFETY: `producer` as above.
+                let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
+                let spec = host.descriptor;
+                Ok((Cow::Owned(spec), CapsuleOwner::HostCopy(Box::new(host))))
+            }
         }
+    }
+
+    /// A capsule over the source itself. Several capsules share the memory, so none may claim
+    /// IS_COPIED (a private copy), whatever the source said.
+    fn shared(&self) -> (Cow<'_, TensorDescriptor>, CapsuleOwner) {
+        let source = self.descriptor();
+        // Borrowed unless the flag must change: a descriptor is large, and this is every
+        // zero-copy export.
+        let spec = if source.is_copied() {
+            Cow::Owned(source.with_is_copied(false))
+        } else {
+            Cow::Borrowed(source)
+        };
+        (spec, CapsuleOwner::Shared(Arc::clone(&self.source)))
     }
 }
 
@@ -261,11 +223,13 @@ impl Exporter {
         copy: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         crate::release::drain(py);
-        let stream = stream_from_python(stream.as_ref())?;
-        let version = VersionRequest::from_python(max_version.as_ref())?;
-        let device = device_from_python(dl_device.as_ref())?;
-        let copy = copy_from_python(copy.as_ref())?;
-        Ok(self.export(py, stream, version, device, copy)?)
+        let request = ExportRequest {
+            stream: stream_from_python(stream.as_ref())?,
+            version: VersionRequest::from_python(max_version.as_ref())?,
+            device: device_from_python(dl_device.as_ref())?,
+            copy: copy_from_python(copy.as_ref())?,
+        };
+        Ok(self.export(py, &request)?)
     }
 
     /// The DLPack 1.3 C exchange API of this type (see [`crate::exporter_api`]).
@@ -275,12 +239,12 @@ impl Exporter {
     }
 
     fn __dlpack_device__(&self) -> (u32, i32) {
-        let device = self.source.descriptor.device().to_dlpack();
+        let device = self.descriptor().device().to_dlpack();
         (device.device_type.0, device.device_id)
     }
 
     fn __repr__(&self) -> String {
-        let d = &*self.source.descriptor;
+        let d = self.descriptor();
         format!(
             "rsdlpack.DLPackTensor(shape={:?}, strides={:?}, dtype={}, device={:?}, read_only={})",
             d.shape(),

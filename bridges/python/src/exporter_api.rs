@@ -353,6 +353,10 @@ unsafe fn allocate(
             .map_err(|_| invalid(format!("shape {shape:?} has a negative dimension")))?;
         bytes = bytes.and_then(|b| b.checked_mul(dim));
     }
+    if shape.contains(&0) {
+        // Empty: no bytes, however large the other dimensions (a valid DLPack tensor).
+        bytes = Some(0);
+    }
     let bytes = bytes
         .filter(|&b| isize::try_from(b).is_ok())
         .ok_or_else(|| {
@@ -367,4 +371,59 @@ unsafe fn allocate(
             .map_err(|e| invalid(e.to_string()))?;
     rsdlpack::export::export_versioned(&described, buffer, DLPackVersion::CURRENT.minor)
         .map_err(|e| invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsdlpack::dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice};
+
+    fn prototype(shape: &mut [i64]) -> DLTensor {
+        DLTensor {
+            data: std::ptr::null_mut(),
+            device: DLDevice {
+                device_type: DLDeviceType::CPU,
+                device_id: 0,
+            },
+            ndim: shape.len() as i32,
+            dtype: DLDataType::scalar(DLDataTypeCode::FLOAT, 32),
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+
+    /// Found by `fuzz/fuzz_targets/exchange_api.rs`: an empty prototype whose other dimensions
+    /// overflow before its zero, `[i64::MAX, 0, 0]` of f32, was refused as "overflows isize
+    /// bytes" although it holds none (and is a valid DLPack tensor).
+    #[test]
+    fn an_empty_prototype_is_allocated_however_large_its_other_dimensions() {
+        for mut shape in [
+            vec![i64::MAX, 0, 0],
+            vec![1 << 62, 1 << 62, 0],
+            vec![0, i64::MAX],
+        ] {
+            let mut proto = prototype(&mut shape);
+            let mut out = std::ptr::null_mut();
+            // SAFETY: the prototype's shape holds ndim values; `out` is writable.
+            let status = unsafe {
+                managed_tensor_allocator(&mut proto, &mut out, std::ptr::null_mut(), None)
+            };
+            assert_eq!(status, 0, "{shape:?}");
+            // SAFETY: on success `out` is an owned tensor.
+            let managed = unsafe { ManagedTensor::from_versioned_raw(out) }.unwrap();
+            let imported = ImportedTensor::new(managed).unwrap();
+            let d = imported.descriptor();
+            assert_eq!(d.shape(), &shape[..]);
+            assert_eq!(d.element_count(), 0);
+        }
+        // Not empty: still refused.
+        let mut shape = vec![i64::MAX, 2];
+        let mut proto = prototype(&mut shape);
+        let mut out = std::ptr::null_mut();
+        // SAFETY: as above.
+        let status =
+            unsafe { managed_tensor_allocator(&mut proto, &mut out, std::ptr::null_mut(), None) };
+        assert_eq!(status, -1);
+    }
 }

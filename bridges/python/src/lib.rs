@@ -6,6 +6,7 @@
 //! - [`exporter`]: a Python object with `__dlpack__` over a tensor Rust owns, whose type offers
 //!   its own C exchange API ([`exporter_api`]);
 //! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
+//!   [`negotiate`]: what `__dlpack__` hands out for them, decided as a pure function;
 //! - [`release`]: Python producers' deleters run only under the GIL (deferred otherwise);
 //! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call;
 //! - [`arrays`]: the one-crossing entry points behind Julia's `from_dlpack` and `share`
@@ -27,6 +28,7 @@ pub mod exchange_api;
 pub mod exporter;
 pub mod exporter_api;
 pub mod import;
+pub mod negotiate;
 pub mod release;
 pub mod request;
 pub mod roots;

@@ -38,13 +38,17 @@ impl VersionRequest {
                 "max_version must be a (major, minor) tuple, got {value}"
             ))
         })?;
-        Ok(if major >= 1 {
-            Self::Versioned {
-                minor: if major > 1 { u32::MAX } else { minor },
-            }
-        } else {
-            Self::Legacy
-        })
+        Ok(Self::from_pair(major, minor))
+    }
+
+    /// The request for `max_version=(major, minor)`: major 0 only understands legacy capsules;
+    /// a newer major than 1 accepts every 1.x.
+    pub fn from_pair(major: u32, minor: u32) -> Self {
+        match major {
+            0 => Self::Legacy,
+            1 => Self::Versioned { minor },
+            _ => Self::Versioned { minor: u32::MAX },
+        }
     }
 }
 

@@ -277,7 +277,38 @@ const fn table(
     })
 }
 
+/// Deleter calls of `future_tensor_and_an_exception`'s tensors.
+static FUTURE_DELETES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+unsafe extern "C" fn count_future_delete(tensor: *mut DLManagedTensorVersioned) {
+    // SAFETY: one of the boxes `future_tensor_and_an_exception` leaked, deleted once.
+    drop(unsafe { Box::from_raw(tensor) });
+    FUTURE_DELETES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Reports success with a tensor of major version 2 and leaves an exception set.
+unsafe extern "C" fn future_tensor_and_an_exception(
+    _object: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> c_int {
+    // SAFETY: all-zero is a valid DLManagedTensorVersioned (null pointers, no deleter).
+    let mut tensor: Box<DLManagedTensorVersioned> = Box::new(unsafe { std::mem::zeroed() });
+    tensor.version = DLPackVersion { major: 2, minor: 0 };
+    tensor.deleter = Some(count_future_delete);
+    // SAFETY: `out` is the consumer's out-pointer; the GIL is held; a valid exception type.
+    unsafe {
+        *out = Box::into_raw(tensor);
+        ffi::PyErr_SetString(ffi::PyExc_BufferError, c"left behind".as_ptr());
+    }
+    0
+}
+
 static FAILING: Table = table(1, std::ptr::null_mut(), Some(failing_export));
+static FUTURE_AND_EXCEPTION: Table = table(
+    1,
+    std::ptr::null_mut(),
+    Some(future_tensor_and_an_exception),
+);
 static SILENT: Table = table(1, std::ptr::null_mut(), Some(silent_failure));
 static FUTURE_ALONE: Table = table(2, std::ptr::null_mut(), Some(silent_failure));
 static FUTURE_WITH_OLDER: Table = table(
@@ -349,6 +380,31 @@ fn a_producer_exception_becomes_a_producer_error_with_its_message() {
         assert!(
             message.contains("without setting a Python exception"),
             "{message}"
+        );
+    });
+}
+
+/// Found by `fuzz/fuzz_targets/exchange_api.rs`: a producer that reported success with a
+/// tensor of a foreign major version and an exception set got its tensor refused, but the
+/// exception stayed set after `import` returned.
+#[test]
+fn an_exception_left_with_a_refused_tensor_does_not_outlive_the_import() {
+    Python::attach(|py| {
+        let object = producer_type(py, Ok(&FUTURE_AND_EXCEPTION));
+        let before = FUTURE_DELETES.load(std::sync::atomic::Ordering::SeqCst);
+        let error = import(&object, &ImportRequest::default()).err().unwrap();
+        assert!(
+            error.to_string().contains("while reporting success"),
+            "{error}"
+        );
+        assert!(
+            PyErr::take(py).is_none(),
+            "an exception outlived the import"
+        );
+        assert_eq!(
+            FUTURE_DELETES.load(std::sync::atomic::Ordering::SeqCst),
+            before + 1,
+            "the refused tensor is released once"
         );
     });
 }
