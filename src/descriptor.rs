@@ -475,6 +475,22 @@ pub fn dense_strides(shape: &[i64], row_major: bool) -> DimVec<i64> {
     strides
 }
 
+/// Bytes a compact tensor of `shape` takes (elements of type `element`), checked as
+/// validation checks a tensor: a negative dimension is refused, a 0 dimension makes it empty
+/// however large the others, and a size past `isize::MAX` is refused. For allocators, which
+/// need the size before there is an address to describe.
+pub fn compact_byte_size(element: ElementType, shape: &[i64]) -> Result<usize> {
+    if let Some(axis) = shape.iter().position(|&d| d < 0) {
+        return Err(Error::NegativeDimension {
+            axis,
+            value: shape[axis],
+        });
+    }
+    element_count(shape)
+        .and_then(|elements| dense_size(elements, element))
+        .ok_or_else(|| extent_overflow(shape, &dense_strides(shape, true)))
+}
+
 /// Whether `strides` are the compact row-major ones for `shape`, ignoring size-1 dimensions.
 fn is_row_major_compact(shape: &[i64], strides: &[i64]) -> bool {
     dense_strides(shape, true)
@@ -846,5 +862,23 @@ mod tests {
         assert!(matches!(refused, Err(Error::NegativeDimension { .. })));
         assert_eq!(d, TensorDescriptor::empty());
         assert_eq!(d.element_count(), 0, "empty: nothing addressable");
+    }
+
+    #[test]
+    fn compact_sizes_are_counted_as_validation_counts() {
+        let f32 = ElementType::Float32;
+        assert_eq!(compact_byte_size(f32, &[2, 3]).unwrap(), 24);
+        assert_eq!(compact_byte_size(f32, &[]).unwrap(), 4);
+        assert_eq!(compact_byte_size(f32, &[i64::MAX, 0, 0]).unwrap(), 0);
+        assert!(matches!(
+            compact_byte_size(f32, &[i64::MAX, 2]),
+            Err(Error::ExtentOverflow { .. })
+        ));
+        assert!(matches!(
+            compact_byte_size(f32, &[2, -1]),
+            Err(Error::NegativeDimension { axis: 1, value: -1 })
+        ));
+        let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
+        assert_eq!(compact_byte_size(fp4, &[3, 3]).unwrap(), 5);
     }
 }

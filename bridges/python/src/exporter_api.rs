@@ -347,23 +347,14 @@ unsafe fn allocate(
         // SAFETY: non-null and holding `ndim` values (contract).
         unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
     };
-    let mut bytes = Some(element.size());
-    for &dim in shape {
-        let dim = usize::try_from(dim)
-            .map_err(|_| invalid(format!("shape {shape:?} has a negative dimension")))?;
-        bytes = bytes.and_then(|b| b.checked_mul(dim));
-    }
-    if shape.contains(&0) {
-        // Empty: no bytes, however large the other dimensions (a valid DLPack tensor).
-        bytes = Some(0);
-    }
-    let bytes = bytes
-        .filter(|&b| isize::try_from(b).is_ok())
-        .ok_or_else(|| {
-            invalid(format!(
-                "shape {shape:?} of {element:?} overflows isize bytes"
-            ))
-        })?;
+    // The core's count, as validation makes it (an empty shape holds no bytes however large
+    // its other dimensions).
+    let bytes = rsdlpack::descriptor::compact_byte_size(element, shape).map_err(|e| match e {
+        rsdlpack::Error::ExtentOverflow { .. } => invalid(format!(
+            "shape {shape:?} of {element:?} overflows isize bytes"
+        )),
+        other => invalid(other.to_string()),
+    })?;
     let buffer = AlignedBuffer::try_zeroed(bytes)
         .map_err(|e| Refusal(c"MemoryError", format!("{NAME}: {e}")))?;
     let described =
