@@ -60,7 +60,7 @@ impl TensorDescriptor {
     }
 
     /// An empty host tensor (shape `[0]`): what [`Self::validate_into`] overwrites.
-    pub(crate) fn empty() -> Self {
+    pub fn empty() -> Self {
         let mut shape = DimVec::new();
         shape.push(0);
         let mut strides = DimVec::new();
@@ -83,18 +83,22 @@ impl TensorDescriptor {
     ///
     /// # Safety
     /// As [`Self::validate`].
-    pub(crate) unsafe fn validate_into(
+    pub unsafe fn validate_into(
         &mut self,
         tensor: &DLTensor,
         version: Option<DLPackVersion>,
         flags: DlpackFlags,
     ) -> Result<()> {
         // SAFETY: forwarded from this function's contract.
-        let outcome = unsafe { self.overwrite(tensor, version, flags) };
-        if outcome.is_err() {
-            *self = Self::empty();
+        match unsafe { self.overwrite(tensor, version, flags) } {
+            // A fresh `Ok`, not the callee's result moved on: copying the large `Result`
+            // reloads its bytes before the narrow stores that wrote them have landed.
+            Ok(()) => Ok(()),
+            Err(error) => {
+                *self = Self::empty();
+                Err(error)
+            }
         }
-        outcome
     }
 
     /// The validation itself; leaves `self` half-written on error.
@@ -318,7 +322,9 @@ impl TensorDescriptor {
             ref strides,
             ..
         } = *self;
-        if let Some(axis) = shape.iter().position(|&d| d < 0) {
+        // A fold finds whether (it vectorises); the position is looked for only then.
+        if shape.iter().fold(false, |negative, &d| negative | (d < 0)) {
+            let axis = shape.iter().position(|&d| d < 0).expect("one is negative");
             return Err(Error::NegativeDimension {
                 axis,
                 value: shape[axis],

@@ -88,7 +88,7 @@ pub(crate) fn plan_into(
     };
     out.ndims = ndim as i64;
     out.dims[..ndim].copy_from_slice(shape);
-    if shape.contains(&0) {
+    if descriptor.element_count() == 0 {
         out.kind = PlanKind::Empty as u8;
         return Ok(Decision::Empty);
     }
@@ -151,28 +151,47 @@ fn dense_view_into(
     out: &mut ArrayPlan,
 ) -> bool {
     let ndim = shape.len();
-    if ndim == 0 || shape.iter().any(|&n| n < 2) {
+    if ndim == 0 {
         return false;
     }
-    // Each stride against its neighbour's span, not a running product: the comparisons are
-    // independent of each other. A wrapped product cannot pass falsely: when every equation
-    // holds, induction from the stride-1 end makes each stride the exact product of the dims
-    // before it, which the validated element count bounds.
-    let column_major = strides[0] == 1
-        && (1..ndim).all(|k| strides[k] == strides[k - 1].wrapping_mul(shape[k - 1]));
-    let row_major = !column_major
-        && strides[ndim - 1] == 1
-        && (1..ndim).all(|k| strides[k - 1] == strides[k].wrapping_mul(shape[k]));
+    // One pass, each stride against its neighbour's span rather than a running product, and no
+    // early exit: the comparisons are independent of each other and a compact tensor is
+    // checked whole anyway. A wrapped product cannot pass falsely: when every equation holds,
+    // induction from the stride-1 end makes each stride the exact product of the dims before
+    // it, which the validated element count bounds.
+    let (mut short, mut column_major, mut row_major) =
+        (shape[0] < 2, strides[0] == 1, strides[ndim - 1] == 1);
+    for k in 1..ndim {
+        short |= shape[k] < 2;
+        column_major &= strides[k] == strides[k - 1].wrapping_mul(shape[k - 1]);
+        row_major &= strides[k - 1] == strides[k].wrapping_mul(shape[k]);
+    }
+    // A 1-d compact tensor is both: column-major is its own order.
+    row_major &= !column_major;
+    if short {
+        return false;
+    }
     if !column_major && !row_major {
         return false;
     }
-    for (k, &len) in shape.iter().enumerate() {
-        let p = if row_major { ndim - 1 - k } else { k };
+    // The parent is the tensor itself, in its own order or reversed: parent dim `p` is result
+    // dim `ndim - 1 - p`, and result dim `p` is parent dim `ndim - p` (1-based). Written as one
+    // loop of contiguous stores, which vectorises.
+    for p in 0..ndim {
+        let len = if row_major {
+            shape[ndim - 1 - p]
+        } else {
+            shape[p]
+        };
         out.parent_dims[p] = len;
+        out.lengths[p] = len;
         out.starts[p] = 1;
         out.steps[p] = 1;
-        out.lengths[p] = len;
-        out.permutation[k] = p as i64 + 1;
+        out.permutation[p] = if row_major {
+            (ndim - p) as i64
+        } else {
+            p as i64 + 1
+        };
     }
     out.parent_address = first_element;
     out.needs_view = 0;
@@ -191,25 +210,26 @@ fn exact_quotient(dividend: u64, divisor: u64, likely: u64) -> u64 {
     }
 }
 
-/// Sorts `varying` (dims, in position order, with their |stride| in `keys`) by |stride|,
-/// stably: an insertion sort, cheap for the few dims of real tensors.
-fn rank_by_stride(varying: &mut [u8], keys: &[u64]) {
-    let mut keys_sorted: DimVec<u64> = DimVec::new();
-    keys_sorted.grow_to(keys.len(), 0);
-    for i in 0..varying.len() {
-        let (dim, key) = (varying[i], keys[i]);
+/// Sorts `varying` (dims, in position order) and their `links` by stride, stably: an insertion
+/// sort, cheap for the few dims of real tensors.
+fn rank_by_stride(varying: &mut [u8], links: &mut [Link]) {
+    for i in 1..varying.len() {
+        let (dim, link) = (varying[i], links[i]);
         let mut at = i;
-        while at > 0 && keys_sorted[at - 1] > key {
+        while at > 0 && links[at - 1].stride > link.stride {
             varying[at] = varying[at - 1];
-            keys_sorted[at] = keys_sorted[at - 1];
+            links[at] = links[at - 1];
             at -= 1;
         }
-        (varying[at], keys_sorted[at]) = (dim, key);
+        (varying[at], links[at]) = (dim, link);
     }
 }
 
 /// Writes the view of a non-empty, validated, aligned tensor into `out`, or says why there is
 /// none. `shape`/`strides` in result order; `out.dims` already holds the shape.
+///
+/// Per-dimension scratch lives in plain stack arrays with a local count: growing a list whose
+/// length lives in memory costs a store and a reload per entry on this path.
 fn view_into(
     shape: &[i64],
     strides: &[i64],
@@ -222,9 +242,10 @@ fn view_into(
     // used to address anything, so it may be any value. They are ranked by |stride|, ties by
     // position.
     let mut varying = [0u8; MAX_NDIM];
-    let mut keys: DimVec<u64> = DimVec::new();
+    let mut links = [Link::default(); MAX_NDIM];
     let mut count = 0;
     let (mut ascending, mut descending) = (true, true);
+    let mut previous = 0u64;
     for k in 0..ndim {
         if shape[k] < 2 {
             continue;
@@ -232,34 +253,32 @@ fn view_into(
         if strides[k] == 0 {
             return Err(ZERO_STRIDE);
         }
-        let key = strides[k].unsigned_abs();
+        let stride = strides[k].unsigned_abs();
         if count > 0 {
-            ascending &= keys[count - 1] <= key;
-            descending &= keys[count - 1] > key;
+            ascending &= previous <= stride;
+            descending &= previous > stride;
         }
+        previous = stride;
         varying[count] = k as u8;
-        keys.push(key);
+        links[count] = Link {
+            len: shape[k] as u64,
+            stride,
+        };
         count += 1;
     }
-    let varying = &mut varying[..count];
+    let (varying, links) = (&mut varying[..count], &mut links[..count]);
     if descending {
         // Row-major order, the commonest after column-major (already ascending): reversed.
         varying.reverse();
+        links.reverse();
     } else if !ascending {
-        rank_by_stride(varying, &keys);
+        rank_by_stride(varying, links);
     }
-    let varying = &*varying;
-    let mut links: DimVec<Link> = DimVec::new();
-    for &k in varying {
-        links.push(Link {
-            len: shape[usize::from(k)] as u64,
-            stride: strides[usize::from(k)].unsigned_abs(),
-        });
-    }
-    let mut parent_strides: DimVec<u64> = DimVec::new();
-    parent_strides.grow_to(count, 0);
-    nest::nest(&links, &mut parent_strides)?;
-    let parent_strides = &parent_strides[..];
+    let (varying, links) = (&*varying, &*links);
+    let mut parent_strides = [0u64; MAX_NDIM];
+    let parent_strides = &mut parent_strides[..count];
+    nest::nest(links, parent_strides)?;
+    let parent_strides = &*parent_strides;
 
     // Parent dims by rank; the parent's element count bounds every quantity derived below.
     const CONSTANT: u8 = u8::MAX;
