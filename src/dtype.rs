@@ -65,7 +65,6 @@ impl ElementType {
             return Err(Error::VectorDtype { dtype });
         }
         let code = dtype.code;
-        let unsupported = Err(Error::UnsupportedDtype { dtype });
         let element = match (code, dtype.bits) {
             (DLDataTypeCode::BOOL, 8) => Self::Bool,
             (DLDataTypeCode::INT, 8) => Self::Int8,
@@ -90,7 +89,7 @@ impl ElementType {
                     Self::PackedBits { code: c.0, bits }
                 }
             }
-            _ => return unsupported,
+            _ => return Err(Error::UnsupportedDtype { dtype }),
         };
         Ok(element)
     }
