@@ -186,6 +186,36 @@ impl TensorDescriptor {
         strides: &[isize],
         order: IndexOrder,
     ) -> Result<Self> {
+        let mut described = Self::empty();
+        described.describe_julia_layout(first_element, device, element, dims, strides, order)?;
+        Ok(described)
+    }
+
+    /// [`Self::from_julia_layout`] in a box, described where it lies (see
+    /// [`Self::validate_into`]): what an exporter keeps.
+    pub fn boxed_from_julia_layout(
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        dims: &[usize],
+        strides: &[isize],
+        order: IndexOrder,
+    ) -> Result<Box<Self>> {
+        let mut described = Box::new(Self::empty());
+        described.describe_julia_layout(first_element, device, element, dims, strides, order)?;
+        Ok(described)
+    }
+
+    /// [`Self::from_julia_layout`], written over `self`; on error `self` holds no meaning.
+    fn describe_julia_layout(
+        &mut self,
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        dims: &[usize],
+        strides: &[isize],
+        order: IndexOrder,
+    ) -> Result<()> {
         if dims.len() != strides.len() {
             return Err(Error::DimsStridesMismatch {
                 dims: dims.len(),
@@ -202,28 +232,23 @@ impl TensorDescriptor {
             dims: dims.to_vec(),
             strides: strides.to_vec(),
         };
-        let mut shape = DimVec::new();
-        let mut dl_strides = DimVec::new();
+        self.shape.clear();
+        self.strides.clear();
         for (&d, &s) in dims.iter().zip(strides) {
-            shape.push(i64::try_from(d).map_err(|_| too_big())?);
-            dl_strides.push(i64::try_from(s).map_err(|_| too_big())?);
+            self.shape.push(i64::try_from(d).map_err(|_| too_big())?);
+            self.strides.push(i64::try_from(s).map_err(|_| too_big())?);
         }
         if order == IndexOrder::Reversed {
-            shape.reverse();
-            dl_strides.reverse();
+            self.shape.reverse();
+            self.strides.reverse();
         }
-        Self {
-            first_element,
-            device,
-            element,
-            shape,
-            strides: dl_strides,
-            read_only: false,
-            is_copied: false,
-            version: None,
-            elements: 0,
-        }
-        .checked(first_element == 0)
+        self.first_element = first_element;
+        self.device = device;
+        self.element = element;
+        self.read_only = false;
+        self.is_copied = false;
+        self.version = None;
+        self.check(first_element == 0)
     }
 
     /// A compact tensor of `shape` at `first_element` (row-major when `row_major`, else
@@ -293,6 +318,11 @@ impl TensorDescriptor {
     /// The same tensor with the READ_ONLY property set as given.
     pub fn with_read_only(self, read_only: bool) -> Self {
         Self { read_only, ..self }
+    }
+
+    /// [`Self::with_read_only`] where the descriptor lies (it is large to move).
+    pub fn set_read_only(&mut self, read_only: bool) {
+        self.read_only = read_only;
     }
 
     /// The same tensor as declared under another DLPack version (what an export restates).

@@ -352,7 +352,7 @@ pub unsafe extern "C" fn rsdlpack_py_share(
 
 /// # Safety
 /// As [`rsdlpack_py_share`]'s contract for `array`.
-unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<TensorDescriptor> {
+unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>> {
     let element = ElementType::from_code(array.element_code).ok_or_else(|| {
         BridgeError::Argument(format!("unknown element code {}", array.element_code))
     })?;
@@ -390,7 +390,7 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<TensorDescriptor> {
         device_type: DLDeviceType(array.device_type),
         device_id: array.device_id,
     });
-    let described = TensorDescriptor::from_julia_layout(
+    let mut described = TensorDescriptor::boxed_from_julia_layout(
         array.address,
         device,
         element,
@@ -398,7 +398,8 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<TensorDescriptor> {
         &strides,
         order,
     )?;
-    Ok(described.with_read_only(array.read_only != 0))
+    described.set_read_only(array.read_only != 0);
+    Ok(described)
 }
 
 /// Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia

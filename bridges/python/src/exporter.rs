@@ -22,7 +22,7 @@ use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use rsdlpack::export::{export_legacy, export_versioned};
 use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
-use std::borrow::Cow;
+use std::ops::Deref;
 use std::sync::Arc;
 
 /// The tensor behind an exporter, and what keeps its memory alive.
@@ -51,6 +51,23 @@ enum CapsuleOwner {
     HostCopy(#[allow(dead_code)] Box<rsdlpack::cuda::to_host::HostCopy>),
 }
 
+/// The descriptor one export restates: the source's own, or a new one boxed (a descriptor is
+/// large, and a by-value one would be copied at every step on the way to the capsule).
+enum Spec<'a> {
+    Source(&'a TensorDescriptor),
+    New(Box<TensorDescriptor>),
+}
+
+impl Deref for Spec<'_> {
+    type Target = TensorDescriptor;
+    fn deref(&self) -> &TensorDescriptor {
+        match self {
+            Self::Source(descriptor) => descriptor,
+            Self::New(descriptor) => descriptor,
+        }
+    }
+}
+
 /// A tensor offered to Python consumers through the DLPack protocol.
 #[pyclass(frozen, name = "DLPackTensor", module = "rsdlpack")]
 pub struct Exporter {
@@ -72,13 +89,13 @@ impl Exporter {
 
     /// A Julia array described by `descriptor`, kept alive by `root`.
     pub fn of_julia_array(
-        descriptor: TensorDescriptor,
+        descriptor: Box<TensorDescriptor>,
         root: JuliaRoot,
         stream: Option<usize>,
     ) -> Self {
         Self {
             source: Arc::new(Source {
-                descriptor: Box::new(descriptor),
+                descriptor,
                 _keeper: Keeper::JuliaRoot(root),
                 stream,
             }),
@@ -156,7 +173,7 @@ impl Exporter {
 
     /// The spec and owner of one export, as [`plan_export`] decided: the source itself (its
     /// consumer's stream ordered after the producer's, for CUDA memory), or a host copy.
-    fn carry_out(&self, memory: Memory) -> BridgeResult<(Cow<'_, TensorDescriptor>, CapsuleOwner)> {
+    fn carry_out(&self, memory: Memory) -> BridgeResult<(Spec<'_>, CapsuleOwner)> {
         let descriptor = self.descriptor();
         // For device memory: the stream its producer wrote it on (legacy default if unnamed).
         let producer = self.source.stream.unwrap_or(1);
@@ -184,28 +201,27 @@ impl Exporter {
                 // writers of shared memory to its users, and the copy moves plain bytes, so a
                 // racing writer yields a mix of old and new values, never invalid ones.
                 let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
-                let spec = descriptor.copied_at(buffer.as_ptr() as usize);
-                Ok((Cow::Owned(spec), CapsuleOwner::Copy(buffer)))
+                let spec = Box::new(descriptor.copied_at(buffer.as_ptr() as usize));
+                Ok((Spec::New(spec), CapsuleOwner::Copy(buffer)))
             }
             Memory::DeviceToHost => {
                 // SAFETY: `producer` as above.
                 let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
-                let spec = host.descriptor;
-                Ok((Cow::Owned(spec), CapsuleOwner::HostCopy(Box::new(host))))
+                let spec = Box::new(host.descriptor);
+                Ok((Spec::New(spec), CapsuleOwner::HostCopy(Box::new(host))))
             }
         }
     }
 
     /// A capsule over the source itself. Several capsules share the memory, so none may claim
     /// IS_COPIED (a private copy), whatever the source said.
-    fn shared(&self) -> (Cow<'_, TensorDescriptor>, CapsuleOwner) {
+    fn shared(&self) -> (Spec<'_>, CapsuleOwner) {
         let source = self.descriptor();
-        // Borrowed unless the flag must change: a descriptor is large, and this is every
-        // zero-copy export.
+        // The source's own unless the flag must change: this is every zero-copy export.
         let spec = if source.is_copied() {
-            Cow::Owned(source.with_is_copied(false))
+            Spec::New(Box::new(source.with_is_copied(false)))
         } else {
-            Cow::Borrowed(source)
+            Spec::Source(source)
         };
         (spec, CapsuleOwner::Shared(Arc::clone(&self.source)))
     }
