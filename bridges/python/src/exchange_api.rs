@@ -249,6 +249,9 @@ pub struct TypeInfo {
     pub api: Option<ExchangeApi>,
     /// Whether it is a torch tensor type, and which kind (see [`crate::torch`]).
     pub torch: TorchKind,
+    /// Whether its tensors are always in host memory, so that asking for the CPU is a no-op
+    /// (`numpy.ndarray`, see [`crate::numpy`]).
+    pub host_memory: bool,
 }
 
 /// The per-type cache (see the module docs). A few slots suffice: a program imports from a few
@@ -306,6 +309,7 @@ pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
     let info = TypeInfo {
         api: ExchangeApi::of_type(&ty)?,
         torch: crate::torch::classify(&ty)?,
+        host_memory: crate::numpy::is_ndarray(&ty),
     };
     let evicted = {
         let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());

@@ -89,7 +89,15 @@ pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResul
         StreamRequest::Omitted => None,
         _ => device_of(object)?,
     };
-    let tensor_capsule = call_dlpack(object, request, producer_device)?;
+    // Memory that is on the host by construction needs no request for the host (see
+    // [`crate::numpy`]); `check_result` still holds the result to it.
+    let asked = ImportRequest {
+        device: request
+            .device
+            .filter(|&wanted| !(info.host_memory && wanted == Device::CPU)),
+        ..*request
+    };
+    let tensor_capsule = call_dlpack(object, &asked, producer_device)?;
     let tensor = ImportedTensor::new(capsule::consume(&tensor_capsule)?)?;
     check_result(
         &tensor,

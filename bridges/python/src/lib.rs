@@ -3,6 +3,7 @@
 //! - [`import`]: any object with `__dlpack__` (or a capsule) → an owned, validated tensor;
 //! - [`exchange_api`]: the DLPack 1.3 C exchange API of a producer's type (torch), used by
 //!   [`import`] instead of `__dlpack__`; [`torch`]: what torch tensors carry that DLPack cannot;
+//!   [`numpy`]: the arrays that are host memory by construction;
 //! - [`exporter`]: a Python object with `__dlpack__` over a tensor Rust owns, whose type offers
 //!   its own C exchange API ([`exporter_api`]);
 //! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
@@ -29,6 +30,7 @@ pub mod exporter;
 pub mod exporter_api;
 pub mod import;
 pub mod negotiate;
+pub mod numpy;
 pub mod release;
 pub mod request;
 pub mod roots;

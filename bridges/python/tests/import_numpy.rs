@@ -430,3 +430,48 @@ fn dlpack_device_is_asked_only_for_a_stream_and_must_answer_a_tuple() {
         assert_eq!(odd.getattr("asked").unwrap().extract::<i64>().unwrap(), 1);
     });
 }
+
+/// `numpy.ndarray` is host memory by construction: an import that asks for the CPU does not
+/// make it parse `dl_device=(1, 0)`. Seen through stand-ins whose `__dlpack__` records its
+/// keywords: one that names itself `numpy.ndarray`, one that does not.
+#[test]
+fn numpy_arrays_are_not_asked_for_the_host_they_are_on() {
+    Python::attach(|py| {
+        let (ndarray_like, other, calls) = run(
+            py,
+            r#"
+calls = []
+def stand_in(module):
+    def __dlpack__(self, **keywords):
+        calls.append((module, sorted(keywords)))
+        return self.array.__dlpack__(**keywords)
+    def __init__(self):
+        self.array = np.ones(3, dtype=np.float32)
+    return type('ndarray', (), {'__module__': module, '__init__': __init__,
+                                '__dlpack__': __dlpack__})()
+result = (stand_in('numpy'), stand_in('elsewhere'), calls)
+"#,
+        )
+        .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+        .unwrap();
+        let on_cpu = ImportRequest {
+            device: Some(Device::CPU),
+            ..Default::default()
+        };
+        for object in [&ndarray_like, &other] {
+            let tensor = import(object, &on_cpu).unwrap();
+            assert_eq!(tensor.descriptor().device(), Device::CPU);
+        }
+        let calls: Vec<(String, Vec<String>)> = calls.extract().unwrap();
+        assert_eq!(
+            calls,
+            [
+                ("numpy".to_string(), vec!["max_version".to_string()]),
+                (
+                    "elsewhere".to_string(),
+                    vec!["dl_device".to_string(), "max_version".to_string()]
+                ),
+            ]
+        );
+    });
+}

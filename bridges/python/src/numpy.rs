@@ -1,0 +1,24 @@
+//! NumPy, the peer whose arrays always live in host memory.
+//!
+//! Asking a producer for `dl_device=(CPU, 0)` when its tensor is on the CPU already changes
+//! nothing, but NumPy parses the tuple (`device_converter` + `PyArg_ParseTuple`: ~35 ns of a
+//! ~140 ns `__dlpack__` call). Every `from_dlpack(Array, x)` asks for the CPU, so the importer
+//! leaves the argument out for `numpy.ndarray` itself, whose memory is host memory by
+//! construction; the result's device is checked against the request all the same. Subclasses
+//! may override `__dlpack__`, so only the exact type qualifies.
+
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+/// Whether `ty` is `numpy.ndarray` itself. Decided once per type (see
+/// [`crate::exchange_api::TypeInfo`]); a type whose names cannot be read is not.
+pub fn is_ndarray(ty: &Bound<'_, PyType>) -> bool {
+    let named = |module: &str, name: &str| {
+        ty.module()
+            .is_ok_and(|m| m.to_str().is_ok_and(|m| m == module))
+            && ty
+                .qualname()
+                .is_ok_and(|n| n.to_str().is_ok_and(|n| n == name))
+    };
+    named("numpy", "ndarray")
+}
