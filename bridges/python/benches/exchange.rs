@@ -10,7 +10,10 @@
 //!   `rsdlpack_tensor_release`) without options and with `dl_device=(CPU, 0)` (what
 //!   `from_dlpack(Array, …)` passes), each beside its floor: the producer's own
 //!   `a.__dlpack__(…)` call with the same arguments plus dropping the capsule, so that
-//!   "ours − floor" is what RsDLPack adds to the Python calls it must make;
+//!   "ours − floor" is what RsDLPack adds to the Python calls it must make. (A `numpy.ndarray`
+//!   is not asked for `dl_device=(CPU, 0)`, which changes nothing for host memory: the import
+//!   with that option makes the plain floor's call, and "+dev − floor" is then less than
+//!   RsDLPack's own cost, which is "+dev" minus the plain floor.)
 //! - Julia's path: `rsdlpack_py_import_plan` (import, validate and plan in one call, with the
 //!   options `from_dlpack(Array, …)` passes) + `rsdlpack_imported_release`;
 //! - import of a torch tensor, which goes through torch's DLPack 1.3 C exchange API, against
