@@ -34,7 +34,7 @@ use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::{Device, ElementType, IndexOrder, TensorDescriptor};
 use rsdlpack_python::arrays::{
     RsdlArrayExport, RsdlImportResult, RsdlPlanOptions, RsdlShareResult, rsdlpack_imported_release,
-    rsdlpack_py_import_plan, rsdlpack_py_share,
+    rsdlpack_py_import_plan, rsdlpack_py_share, rsdlpack_py_take_released_roots,
 };
 use rsdlpack_python::call::call_method;
 use rsdlpack_python::entry::{
@@ -325,8 +325,17 @@ fn main() {
             let code =
                 unsafe { rsdlpack_py_share(&array, result.as_mut_ptr(), std::ptr::null_mut()) };
             assert_eq!(code, 0);
-            // SAFETY: written on success; a new reference we were just given.
-            let exporter = unsafe { Bound::from_owned_ptr(py, result.assume_init().exporter) };
+            // SAFETY: written on success.
+            let result = unsafe { result.assume_init() };
+            // As Julia does after every share: unroot what consumers released (here the
+            // previous round's array), so that the queue stays as short as it is there.
+            if result.released_roots > 0 {
+                let mut batch = [0u64; 64];
+                // SAFETY: writable for its length.
+                unsafe { rsdlpack_py_take_released_roots(batch.as_mut_ptr(), batch.len()) };
+            }
+            // SAFETY: a new reference we were just given.
+            let exporter = unsafe { Bound::from_owned_ptr(py, result.exporter) };
             drop(black_box(from_dlpack.call1((&exporter,)).unwrap()));
         };
         if profile == "share" {
