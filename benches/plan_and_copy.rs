@@ -9,6 +9,12 @@
 //!   2 rayon threads, per layout (column-major source = contiguous runs, row-major source =
 //!   a transpose, a stepped [::2, ::2] view), as bandwidth relative to a memcpy of the same
 //!   output bytes into a fresh buffer (so both pay for first-touch page faults).
+//!
+//! Knobs for profiling one copy: `RSDLPACK_BENCH_CASE` (part of a case name, e.g. `transpose`),
+//! `RSDLPACK_BENCH_SIZE` (`KiB` or `GiB`), `RSDLPACK_BENCH_THREADS` (`1` or `2`).
+//! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
+//! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
+//! memory that stays in cache, so the copies read no DRAM at all.
 
 use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::dlpark::DlpackFlags;
@@ -120,9 +126,24 @@ fn planner() {
     }
 }
 
+/// The value of knob `name`, or "" (which every case name contains).
+fn knob(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
 fn copies(threads: usize, side: i64) {
     let bytes = (side * side) as usize * 4;
-    let source = AlignedBuffer::zeroed(bytes);
+    let size = if bytes >= 1 << 30 { "1 GiB" } else { "1 KiB" };
+    if !size.contains(&knob("RSDLPACK_BENCH_SIZE")) {
+        return;
+    }
+    let mut source = AlignedBuffer::zeroed(bytes);
+    if knob("RSDLPACK_BENCH_ZERO_SOURCE") != "1" {
+        // Real data: written pages are distinct physical memory, as a producer's tensor is.
+        for (i, word) in source.as_mut_slice().chunks_exact_mut(4).enumerate() {
+            word.copy_from_slice(&(i as f32).to_ne_bytes());
+        }
+    }
     let address = source.as_ptr() as usize;
     let runs = if bytes > 1 << 20 { 3 } else { 2001 };
     let cases = [
@@ -139,7 +160,8 @@ fn copies(threads: usize, side: i64) {
             descriptor(address, &[side / 2, side / 2], &[2 * side, 2]),
         ),
     ];
-    for (name, d) in &cases {
+    let wanted = knob("RSDLPACK_BENCH_CASE");
+    for (name, d) in cases.iter().filter(|c| c.0.contains(&wanted)) {
         let out = d.dense_byte_size();
         // The copy engine writes into a fresh buffer whose pages fault in on first touch: the
         // fair baseline is a memcpy of as many bytes into a fresh buffer too.
@@ -156,7 +178,7 @@ fn copies(threads: usize, side: i64) {
         });
         println!(
             "{:>7} {:>2} thread(s) {name:>30}: {:>10.1} µs, memcpy {:>10.1} µs: {:.2}x memcpy bandwidth",
-            if bytes >= 1 << 30 { "1 GiB" } else { "1 KiB" },
+            size,
             threads,
             took.as_secs_f64() * 1e6,
             memcpy.as_secs_f64() * 1e6,
@@ -175,7 +197,11 @@ fn main() {
         return;
     }
     println!("\n== copies into a fresh column-major buffer (best of several)");
-    for threads in [1, 2] {
+    let wanted = knob("RSDLPACK_BENCH_THREADS");
+    for threads in [1, 2]
+        .into_iter()
+        .filter(|t| t.to_string().contains(&wanted))
+    {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()

@@ -271,9 +271,31 @@ fn check_host_readable(descriptor: &TensorDescriptor) -> Result<()> {
     Ok(())
 }
 
-/// Elements per side of a tile: 32 rows of a few cache lines each stay in L1 for any element
-/// size, on the source side and on the output side.
-const TILE: usize = 64;
+/// Bytes of the local tile a transpose goes through: half of L1, leaving room for the source
+/// and output lines in flight.
+const TILE_BYTES: usize = 16 << 10;
+
+/// Elements per side of a square tile of `n`-byte elements: every source row piece read and
+/// every output column piece written is 128–512 contiguous bytes, and the tile fits in
+/// [`TILE_BYTES`]. Measured on a 16384² float32 transpose: output pieces of 64 bytes written
+/// across columns cost twice a sequential write of the same bytes, 256-byte pieces about the
+/// same as one.
+const fn tile_side(n: usize) -> usize {
+    match n {
+        1 => 128,
+        2 | 4 => 64,
+        _ => 32,
+    }
+}
+
+/// Outputs from this many bytes on are written with non-temporal stores (x86_64): they cannot
+/// stay in a core's caches anyway, and plain stores first read every output line from memory
+/// (measured: a 1 GiB transpose ~10% slower with them).
+const STREAM_THRESHOLD: usize = 8 << 20;
+
+/// The local tile, aligned so that its columns start on cache lines.
+#[repr(C, align(64))]
+struct TileBuffer([MaybeUninit<u8>; TILE_BYTES]);
 
 /// A copy whose output's fastest dimension (0) is not the source's: gathering along dim 0
 /// would read one element per cache line. Instead the plane of dim 0 and the dimension `t`
@@ -330,70 +352,295 @@ impl<'a> Tiles<'a> {
 
 impl StridedCopy for Tiles<'_> {
     unsafe fn copy<const N: usize>(&self, source: *const u8, out: &mut [u8]) {
+        let side = const {
+            assert!(tile_side(N) * tile_side(N) * N <= TILE_BYTES);
+            tile_side(N)
+        };
         let (rows, cols) = (self.shape[0] as usize, self.shape[self.t] as usize);
         let (row_stride, col_stride) = (self.strides[0] as isize, self.strides[self.t] as isize);
-        let col_blocks = cols.div_ceil(TILE);
+        let bands = rows.div_ceil(side);
         let planes = out.len() / N / (rows * cols);
+        let stream = out.len() >= STREAM_THRESHOLD;
         // Addresses, not pointers, so that the closure may be shared with rayon's threads.
         let (source_address, out_address) = (source as usize, out.as_mut_ptr() as usize);
+        // A task is a band of `side` rows across all columns: the source is read as `side`
+        // streams of whole rows, which the hardware prefetchers follow, and each output column
+        // receives a `side`-element piece per band. (Walking a column strip down all rows
+        // instead reads a few lines per row, each a fresh cache miss: reads 2–3× slower.)
         let copy_task = |task: usize| {
-            let (plane, block) = (task / col_blocks, task % col_blocks);
+            let (plane, band) = (task / bands, task % bands);
             let (source_base, out_base) = self.plane_start(plane);
             let source = source_address as *const u8;
             let out = out_address as *mut u8;
-            let (col_start, col_end) = (block * TILE, ((block + 1) * TILE).min(cols));
-            // The tile goes through a small local buffer: rows are read along the source's
-            // fast dimension and columns written along the output's, each cache line used
-            // whole at once. Keeping a tile in cache instead fails for power-of-two row
-            // strides, whose rows all fall into the same few cache sets.
-            // Uninitialised (a 64×64 tile of 16-byte elements is 64 KiB): only the entries
-            // written below are read.
-            let mut tile = [[MaybeUninit::<[u8; N]>::uninit(); TILE]; TILE];
-            for row_start in (0..rows).step_by(TILE) {
-                let row_end = (row_start + TILE).min(rows);
-                for row in row_start..row_end {
-                    let source_row = source_base + row as isize * row_stride;
-                    for col in col_start..col_end {
-                        let offset = (source_row + col as isize * col_stride) * N as isize;
-                        // SAFETY: an element the tensor addresses (function contract); bytes
-                        // only, so unaligned reads are fine.
-                        tile[col - col_start][row - row_start] = MaybeUninit::new(unsafe {
-                            source.offset(offset).cast::<[u8; N]>().read_unaligned()
-                        });
-                    }
-                }
-                for col in col_start..col_end {
-                    let out_first = out_base + col * self.out_stride_t + row_start;
-                    let column = &tile[col - col_start][..row_end - row_start];
-                    // SAFETY: rows `row_start..row_end` of this column were written above;
-                    // `MaybeUninit<[u8; N]>` has the layout of `[u8; N]`.
-                    let bytes = unsafe {
-                        std::slice::from_raw_parts(column.as_ptr().cast::<u8>(), column.len() * N)
-                    };
-                    // SAFETY: output elements `out_first..out_first + column.len()` are a run
-                    // of dim 0 in this plane and column: every task writes its own (planes and
-                    // column blocks partition the output), all inside `out`.
+            let (row_start, row_end) = (band * side, ((band + 1) * side).min(rows));
+            let height = row_end - row_start;
+            // The tile goes through a small local buffer, column-major: rows are read along
+            // the source's fast dimension and columns written along the output's, each in
+            // pieces of whole cache lines. Keeping a tile in cache instead fails for
+            // power-of-two row strides, whose rows all fall into the same few cache sets.
+            // Uninitialised: only the entries written by `Block::transpose_into` are read.
+            let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
+            let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
+            for col_start in (0..cols).step_by(side) {
+                let width = side.min(cols - col_start);
+                let first = source_base + row_start as isize * row_stride;
+                let first = first + col_start as isize * col_stride;
+                let block = Block {
+                    // SAFETY: element (row_start, col_start) of the plane, which the tensor
+                    // addresses (function contract).
+                    first: unsafe { source.offset(first * N as isize) },
+                    row_stride: row_stride * N as isize,
+                    col_stride,
+                    height,
+                    width,
+                };
+                // SAFETY: the block's elements are elements the tensor addresses; `tile`
+                // holds `side` columns of `side` elements (asserted above), and the block is
+                // at most `side` × `side`.
+                unsafe { block.transpose_into::<N>(tile, side) };
+                for col in 0..width {
+                    let out_first = out_base + (col_start + col) * self.out_stride_t + row_start;
+                    // SAFETY: column `col` of the tile holds `height` elements written just
+                    // above. Output elements `out_first..out_first + height` are a run of
+                    // dim 0 in this plane and column: every task writes its own (planes and
+                    // row bands partition the output), all inside `out`.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            bytes.as_ptr(),
+                        write_run(
                             out.add(out_first * N),
-                            bytes.len(),
+                            tile.add(col * side).cast::<u8>(),
+                            height * N,
+                            stream,
                         )
                     };
                 }
             }
+            if stream {
+                // Non-temporal stores are weakly ordered: make them visible before the task
+                // counts as done (and the buffer may be read, here or on another thread).
+                store_fence();
+            }
         };
-        let tasks = planes * col_blocks;
+        let tasks = planes * bands;
         if out.len() < PARALLEL_THRESHOLD {
             (0..tasks).for_each(copy_task);
         } else {
-            let task_bytes = rows * TILE * N;
+            let task_bytes = side * cols * N;
             let min_tasks = (PARALLEL_THRESHOLD / task_bytes).max(1);
             (0..tasks)
                 .into_par_iter()
                 .with_min_len(min_tasks)
                 .for_each(copy_task);
         }
+    }
+}
+
+/// A block of a strided plane: `height` rows `row_stride` bytes apart, `width` elements per
+/// row `col_stride` elements apart, from element (0, 0) at `first`.
+struct Block {
+    first: *const u8,
+    row_stride: isize,
+    col_stride: isize,
+    height: usize,
+    width: usize,
+}
+
+impl Block {
+    /// Writes element (i, j) of the block to `tile[j * side + i]`.
+    ///
+    /// # Safety
+    /// Every element of the block must be readable; `tile` must be writable for
+    /// `(width - 1) * side + height` elements.
+    unsafe fn transpose_into<const N: usize>(&self, tile: *mut MaybeUninit<[u8; N]>, side: usize) {
+        // The part the SIMD kernel covered: whole 4×4 sub-blocks from (0, 0).
+        #[allow(unused_mut)]
+        let (mut done_rows, mut done_cols) = (0, 0);
+        #[cfg(target_arch = "x86_64")]
+        if N == 4 {
+            // SAFETY: forwarded from this function's contract.
+            (done_rows, done_cols) = unsafe { self.transpose_4x4s(tile.cast::<u8>(), side) };
+        }
+        // SAFETY: (both) forwarded from this function's contract.
+        unsafe { self.transpose_scalar(tile, side, 0..self.height, done_cols..self.width) };
+        // SAFETY: as above.
+        unsafe { self.transpose_scalar(tile, side, done_rows..self.height, 0..done_cols) };
+    }
+
+    /// As [`Self::transpose_into`], for the given rows and columns only.
+    ///
+    /// # Safety
+    /// As [`Self::transpose_into`].
+    unsafe fn transpose_scalar<const N: usize>(
+        &self,
+        tile: *mut MaybeUninit<[u8; N]>,
+        side: usize,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) {
+        for i in rows {
+            for j in cols.clone() {
+                let offset =
+                    i as isize * self.row_stride + j as isize * self.col_stride * N as isize;
+                // SAFETY: element (i, j) of the block, readable (contract); bytes only, so
+                // unaligned reads are fine. `j * side + i` is inside the tile (contract).
+                unsafe {
+                    let value = self.first.offset(offset).cast::<[u8; N]>().read_unaligned();
+                    tile.add(j * side + i).write(MaybeUninit::new(value));
+                }
+            }
+        }
+    }
+
+    /// The 4-byte-element block's whole 4×4 sub-blocks, transposed four rows at a time in SSE2
+    /// registers when the columns are contiguous or every other element (else nothing).
+    /// Returns how many rows and columns that covered.
+    ///
+    /// # Safety
+    /// As [`Self::transpose_into`], with `tile` in bytes and 4-byte elements.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn transpose_4x4s(&self, tile: *mut u8, side: usize) -> (usize, usize) {
+        match self.col_stride {
+            // SAFETY: forwarded from this function's contract.
+            1 => unsafe { self.transpose_4x4s_by::<1>(tile, side) },
+            // SAFETY: as above.
+            2 => unsafe { self.transpose_4x4s_by::<2>(tile, side) },
+            _ => (0, 0),
+        }
+    }
+
+    /// [`Self::transpose_4x4s`] for a column stride of `STEP` (1 or 2).
+    ///
+    /// # Safety
+    /// As [`Self::transpose_4x4s`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn transpose_4x4s_by<const STEP: usize>(
+        &self,
+        tile: *mut u8,
+        side: usize,
+    ) -> (usize, usize) {
+        let (rows, cols) = (self.height & !3, self.width & !3);
+        for i in (0..rows).step_by(4) {
+            for j in (0..cols).step_by(4) {
+                let offset = i as isize * self.row_stride + (j * STEP * 4) as isize;
+                // SAFETY: rows i..i + 4, columns j..j + 4 are inside the block (readable by
+                // contract), and their transpose goes to tile columns j..j + 4, rows i..i + 4,
+                // inside the tile (contract). SSE2 is enabled on every x86_64 target.
+                unsafe {
+                    sse2::transpose_4x4::<STEP>(
+                        self.first.offset(offset),
+                        self.row_stride,
+                        tile.add((j * side + i) * 4),
+                        side * 4,
+                    )
+                };
+            }
+        }
+        (rows, cols)
+    }
+}
+
+/// Copies `len` bytes from `source` to `destination`, bypassing the caches if `stream`.
+///
+/// # Safety
+/// As `copy_nonoverlapping`; after streaming, [`store_fence`] before the bytes are read.
+unsafe fn write_run(destination: *mut u8, source: *const u8, len: usize, stream: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if stream {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { sse2::stream(destination, source, len) };
+    }
+    let _ = stream;
+    // SAFETY: forwarded from this function's contract.
+    unsafe { std::ptr::copy_nonoverlapping(source, destination, len) };
+}
+
+/// Orders the non-temporal stores of [`write_run`] before any later store.
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    sse2::store_fence();
+}
+
+/// SSE2 kernels. SSE2 is part of the x86_64 baseline (every x86_64 target enables it), so they
+/// need no runtime feature check; they measured as fast as AVX2 ones here, bound by memory.
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use std::arch::x86_64::*;
+
+    /// Transposes the 4×4 block of 4-byte elements at `source` (rows `row_stride` bytes apart,
+    /// elements `STEP` apart within a row, `STEP` 1 or 2) into four columns of four
+    /// elements at `destination`, `column_stride` bytes apart. Moves bits only.
+    ///
+    /// # Safety
+    /// Rows 0..4, elements 0, STEP, 2·STEP, 3·STEP of each, must be readable, and the four
+    /// 16-byte columns writable. No alignment needed.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    pub unsafe fn transpose_4x4<const STEP: usize>(
+        source: *const u8,
+        row_stride: isize,
+        destination: *mut u8,
+        column_stride: usize,
+    ) {
+        let row = |i: isize| {
+            // SAFETY: row i of the block (i < 4): 16 bytes from its start when STEP is 1;
+            // when 2, elements 0..4 and 3..7, whose last is element 3·STEP: only elements
+            // of the row's span are read, nothing past its last.
+            unsafe {
+                let start = source.offset(i * row_stride);
+                let low = _mm_loadu_si128(start.cast());
+                if STEP == 1 {
+                    return low;
+                }
+                let high = _mm_castsi128_ps(_mm_loadu_si128(start.add(12).cast()));
+                // Elements 0 and 2 of the first load, 1 and 3 (the row's 4 and 6) of the
+                // second.
+                _mm_castps_si128(_mm_shuffle_ps::<0b11_01_10_00>(_mm_castsi128_ps(low), high))
+            }
+        };
+        let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+        let (a, b) = (_mm_unpacklo_epi32(r0, r1), _mm_unpacklo_epi32(r2, r3));
+        let (c, d) = (_mm_unpackhi_epi32(r0, r1), _mm_unpackhi_epi32(r2, r3));
+        let columns = [
+            _mm_unpacklo_epi64(a, b),
+            _mm_unpackhi_epi64(a, b),
+            _mm_unpacklo_epi64(c, d),
+            _mm_unpackhi_epi64(c, d),
+        ];
+        for (k, column) in columns.into_iter().enumerate() {
+            // SAFETY: column k of the destination (contract).
+            unsafe { _mm_storeu_si128(destination.add(k * column_stride).cast(), column) };
+        }
+    }
+
+    /// Copies `len` bytes with non-temporal stores where the destination is 16-byte aligned,
+    /// plain ones at the unaligned ends.
+    ///
+    /// # Safety
+    /// As `copy_nonoverlapping`.
+    #[target_feature(enable = "sse2")]
+    pub unsafe fn stream(destination: *mut u8, source: *const u8, len: usize) {
+        let head = destination.align_offset(16).min(len);
+        let tail = head + ((len - head) & !15);
+        // SAFETY: the ranges split `0..len` (contract); the body's stores are 16-byte aligned.
+        // (The ends are usually empty: a `memcpy` call for nothing per piece cost ~6% of a
+        // 1 GiB transpose.)
+        unsafe {
+            if head > 0 {
+                std::ptr::copy_nonoverlapping(source, destination, head);
+            }
+            for k in (head..tail).step_by(16) {
+                let value = _mm_loadu_si128(source.add(k).cast());
+                _mm_stream_si128(destination.add(k).cast(), value);
+            }
+            if tail < len {
+                std::ptr::copy_nonoverlapping(source.add(tail), destination.add(tail), len - tail);
+            }
+        }
+    }
+
+    pub fn store_fence() {
+        // SAFETY: a fence has no memory-safety preconditions, and SSE2 is enabled on every
+        // x86_64 target.
+        unsafe { _mm_sfence() }
     }
 }
 
@@ -561,6 +808,110 @@ mod tests {
         let buffer = unsafe { materialize(&d, IndexOrder::Producer) }.unwrap();
         assert!(buffer.len() >= PARALLEL_THRESHOLD);
         assert_eq!(as_u32(&buffer), naive(&source, 0, &shape, &strides));
+    }
+
+    /// The copy by definition, in bytes: element `flat` (column-major over `shape`) of the
+    /// tensor whose element (0, …, 0) is at byte `base` of `source`.
+    fn naive_bytes(
+        source: &[u8],
+        base: isize,
+        shape: &[i64],
+        strides: &[i64],
+        size: usize,
+    ) -> Vec<u8> {
+        let total: usize = shape.iter().map(|&n| n as usize).product();
+        (0..total)
+            .flat_map(|mut flat| {
+                let mut offset = base;
+                for (&n, &s) in shape.iter().zip(strides) {
+                    offset += (flat % n as usize) as isize * s as isize * size as isize;
+                    flat /= n as usize;
+                }
+                source[offset as usize..offset as usize + size]
+                    .iter()
+                    .copied()
+            })
+            .collect()
+    }
+
+    /// Distinct-looking bytes, with NaN-like 4- and 8-byte patterns among them (the SIMD
+    /// kernels must move bits, never values).
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| match i % 11 {
+                3 => 0x7f,
+                4 => 0xa0,
+                _ => (i.wrapping_mul(2_654_435_761) >> 7) as u8,
+            })
+            .collect()
+    }
+
+    /// Copies the `shape`/`strides` view (strides in elements, any sign) of a fresh patterned
+    /// source into `out` and checks it against the definition.
+    fn check_view(element: ElementType, shape: &[i64], strides: &[i64], out: &mut [u8]) {
+        let size = element.size();
+        let low: i64 = shape
+            .iter()
+            .zip(strides)
+            .map(|(&n, &s)| ((n - 1) * s).min(0))
+            .sum();
+        let high: i64 = shape
+            .iter()
+            .zip(strides)
+            .map(|(&n, &s)| ((n - 1) * s).max(0))
+            .sum();
+        // One spare byte in front, so that the source is misaligned for every element size.
+        let base = 1 + (-low) as usize * size;
+        let source = pattern(base + (high as usize + 1) * size);
+        let d = descriptor(source.as_ptr() as usize + base, shape, strides, element);
+        // SAFETY: every addressed element lies inside `source` (`low` and `high` bound it).
+        unsafe { copy_into(&d, IndexOrder::Producer, out) }.unwrap();
+        let expected = naive_bytes(&source, base as isize, shape, strides, size);
+        assert!(out == expected, "{element:?} {shape:?} {strides:?}");
+    }
+
+    /// Transposes, straight and stepped, of every element size, at sizes around the tile and
+    /// SIMD kernel sizes (1, 2, 3, 4, 5 rows or columns; 63–65, 127–129), reversed too.
+    #[test]
+    fn tiled_copies_match_the_definition_for_every_element_size_and_edge() {
+        let elements = [
+            ElementType::UInt8,
+            ElementType::BFloat16,
+            ElementType::Float32,
+            ElementType::Float64,
+            ElementType::ComplexF64,
+        ];
+        let sides = [2i64, 3, 4, 5, 7, 8, 31, 33, 63, 64, 65, 129];
+        for element in elements {
+            for (k, &rows) in sides.iter().enumerate() {
+                for &cols in &sides[k % 3..] {
+                    for (step, sign) in [(1, 1), (2, 1), (1, -1), (3, 1), (2, -1)] {
+                        let (row_stride, col_stride) = (cols * step * sign, step * sign);
+                        let shape = [rows, cols];
+                        assert!(Tiles::new(&shape, &[row_stride, col_stride]).is_some());
+                        let mut out = vec![0u8; (rows * cols) as usize * element.size()];
+                        check_view(element, &shape, &[row_stride, col_stride], &mut out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Outputs of 8 MiB and more are written with non-temporal stores (on x86_64), in pieces
+    /// whose ends are not 16-byte aligned when the column length is odd or `out` is
+    /// misaligned; and they take the parallel path.
+    #[test]
+    fn streamed_transposes_match_the_definition_at_any_alignment() {
+        let (rows, cols) = (1501i64, 1403i64);
+        let len = (rows * cols) as usize * 4;
+        assert!(len >= STREAM_THRESHOLD);
+        let mut buffer = vec![0u8; len + 3];
+        for offset in [0, 3] {
+            let out = &mut buffer[offset..][..len];
+            // Contiguous rows, then every other element of every other row.
+            check_view(ElementType::Float32, &[rows, cols], &[cols, 1], out);
+            check_view(ElementType::Float32, &[rows, cols], &[4 * cols, 2], out);
+        }
     }
 
     #[test]
