@@ -11,9 +11,7 @@
 use crate::capsule::into_capsule;
 use crate::error::BridgeResult;
 use crate::negotiate::{self, Capsule, ExportRequest, Memory, plan_export};
-use crate::request::{
-    StreamRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
-};
+use crate::request::{StreamRequest, VersionRequest};
 use crate::roots::JuliaRoot;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -100,6 +98,16 @@ impl Exporter {
                 stream,
             }),
         }
+    }
+
+    /// What `__dlpack__` answers for `request` (see [`crate::dlpack_method`]).
+    pub(crate) fn dlpack<'py>(
+        &self,
+        py: Python<'py>,
+        request: &ExportRequest,
+    ) -> BridgeResult<Bound<'py, PyCapsule>> {
+        crate::release::drain(py);
+        self.export(py, request)
     }
 
     fn export<'py>(
@@ -229,23 +237,12 @@ impl Exporter {
 
 #[pymethods]
 impl Exporter {
-    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        stream: Option<Bound<'py, PyAny>>,
-        max_version: Option<Bound<'py, PyAny>>,
-        dl_device: Option<Bound<'py, PyAny>>,
-        copy: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        crate::release::drain(py);
-        let request = ExportRequest {
-            stream: stream_from_python(stream.as_ref())?,
-            version: VersionRequest::from_python(max_version.as_ref())?,
-            device: device_from_python(dl_device.as_ref())?,
-            copy: copy_from_python(copy.as_ref())?,
-        };
-        Ok(self.export(py, &request)?)
+    /// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`, a method that
+    /// reads its keywords itself (see [`crate::dlpack_method`]).
+    #[classattr]
+    fn __dlpack__(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        // While the type is being built, `type_object` answers the type itself.
+        crate::dlpack_method::descriptor(&<Self as pyo3::PyTypeInfo>::type_object(py))
     }
 
     /// The DLPack 1.3 C exchange API of this type (see [`crate::exporter_api`]).

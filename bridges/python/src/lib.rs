@@ -4,8 +4,8 @@
 //! - [`exchange_api`]: the DLPack 1.3 C exchange API of a producer's type (torch), used by
 //!   [`import`] instead of `__dlpack__`; [`torch`]: what torch tensors carry that DLPack cannot;
 //!   [`numpy`]: the arrays that are host memory by construction;
-//! - [`exporter`]: a Python object with `__dlpack__` over a tensor Rust owns, whose type offers
-//!   its own C exchange API ([`exporter_api`]);
+//! - [`exporter`]: a Python object with `__dlpack__` ([`dlpack_method`]) over a tensor Rust owns,
+//!   whose type offers its own C exchange API ([`exporter_api`]);
 //! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
 //!   [`negotiate`]: what `__dlpack__` hands out for them, decided as a pure function;
 //! - [`release`]: Python producers' deleters run only under the GIL (deferred otherwise);
@@ -23,6 +23,7 @@
 pub mod arrays;
 pub mod call;
 pub mod capsule;
+pub mod dlpack_method;
 pub mod entry;
 pub mod error;
 pub mod exchange_api;

@@ -182,6 +182,67 @@ fn the_dlpack_signature_is_honoured() {
     });
 }
 
+/// `__dlpack__` remembers the last keyword names and `max_version` tuple it saw: calls that
+/// alternate them get the answer for their own arguments, and wrong calls are named.
+#[test]
+fn every_call_is_answered_for_its_own_arguments() {
+    Python::attach(|py| {
+        let (tensor, count, _) = aligned_tensor(4, &[4], &[1], false);
+        let g = with_exporter(
+            py,
+            tensor,
+            r#"
+import inspect
+def name(capsule):
+    return repr(capsule).split('"')[1]
+def error(*args, **kw):
+    try:
+        exporter.__dlpack__(*args, **kw)
+        return None
+    except TypeError as e:
+        return str(e)
+v13, v09 = (1, 3), (0, 9)
+names = [
+    name(exporter.__dlpack__(max_version=v13)),
+    name(exporter.__dlpack__(max_version=v09)),
+    name(exporter.__dlpack__(max_version=v13)),
+    name(exporter.__dlpack__(copy=None, max_version=v09)),
+    name(exporter.__dlpack__(max_version=v13, copy=None)),
+    name(exporter.__dlpack__()),
+    name(exporter.__dlpack__(**{'max_version': (1, 1)})),
+]
+everything = {'copy': None, 'stream': None, 'dl_device': None, 'extra': 1}
+errors = [error(None), error(device=1), error(max_version=v13, **everything)]
+signature = str(inspect.signature(exporter.__dlpack__))
+del exporter
+gc.collect()
+"#,
+        );
+        let (versioned, legacy) = ("dltensor_versioned", "dltensor");
+        assert_eq!(
+            get::<Vec<String>>(&g, "names"),
+            [
+                versioned, legacy, versioned, legacy, versioned, legacy, versioned
+            ]
+        );
+        let errors: Vec<String> = get(&g, "errors");
+        assert!(errors[0].contains("positional"), "{errors:?}");
+        assert!(
+            errors[1].contains("unexpected keyword argument 'device'"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2].contains("unexpected keyword argument 'extra'"),
+            "{errors:?}"
+        );
+        assert_eq!(
+            get::<String>(&g, "signature"),
+            "(*, stream=None, max_version=None, dl_device=None, copy=None)"
+        );
+        assert_eq!(releases(&count), 1);
+    });
+}
+
 #[test]
 fn read_only_tensors_export_read_only_and_refuse_legacy_consumers() {
     Python::attach(|py| {

@@ -1,0 +1,220 @@
+//! The exporter's `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`,
+//! as a vectorcall method (`METH_FASTCALL | METH_KEYWORDS`) that reads its keywords itself.
+//!
+//! Why: pyo3's generated wrapper matches every keyword name by its UTF-8 text on every call
+//! and extracts `max_version` through its generic tuple conversion; on the share round trip
+//! (`RSDLPACK_BENCH_PROFILE=share`) those two took ~15% of the time. Consumers pass the same
+//! keyword-name tuple and the same `max_version` tuple on every call (NumPy keeps both in
+//! statics, torch's are code constants), so each answer is remembered by object identity: the
+//! calling thread's last keyword-name tuple with the slot of each name, and its last
+//! `max_version` object with what it asks for. A tuple of ints never changes, and the cache holds
+//! a reference, so the address cannot come to name another object. Anything else is read by
+//! text, with pyo3's messages for wrong calls.
+//!
+//! The method is the type's `__dlpack__` class attribute: a method descriptor made while the
+//! type is built ([`descriptor`]), so every exporter has it from the start.
+
+use crate::exporter::Exporter;
+use crate::negotiate::ExportRequest;
+use crate::request::{VersionRequest, copy_from_python, device_from_python, stream_from_python};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple, PyType};
+use std::cell::{RefCell, UnsafeCell};
+
+/// The keywords, in slot order.
+const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
+
+/// Slot per keyword position; at most one position per keyword (Python guarantees unique names).
+type Slots = [u8; KEYWORDS.len()];
+
+thread_local! {
+    /// The last keyword-name tuple this thread saw, and the slot of each of its names.
+    static LAST_NAMES: RefCell<Option<(Py<PyTuple>, Slots)>> = const { RefCell::new(None) };
+    /// The last `max_version` tuple this thread saw, and what it asks for.
+    static LAST_VERSION: RefCell<Option<(Py<PyTuple>, VersionRequest)>> =
+        const { RefCell::new(None) };
+}
+
+/// The method descriptor for `Exporter.__dlpack__`, bound to `ty` (the exporter type, being
+/// built).
+pub(crate) fn descriptor<'py>(ty: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
+    /// CPython reads the definition for as long as the descriptor lives, i.e. the process.
+    struct Definition(UnsafeCell<ffi::PyMethodDef>);
+    // SAFETY: written only here, in the initialiser; CPython only reads it.
+    unsafe impl Sync for Definition {}
+    static DEFINITION: Definition = Definition(UnsafeCell::new(ffi::PyMethodDef {
+        ml_name: c"__dlpack__".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: dlpack,
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: c"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, \
+                  copy=None)\n--\n\nA DLPack capsule over this tensor (the Python array API \
+                  protocol)."
+            .as_ptr(),
+    }));
+    // SAFETY: `ty` is a live type object and the definition is static (see above).
+    let raw = unsafe { ffi::PyDescr_NewMethod(ty.as_type_ptr(), DEFINITION.0.get()) };
+    // SAFETY: a new reference, or null with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(ty.py(), raw) }
+}
+
+/// The `METH_FASTCALL | METH_KEYWORDS` entry: Python calls it with the GIL held, `slf` an
+/// instance of the exporter type (the method descriptor checks it), `nargs` positional values
+/// in `args`, then one value per name in `kwnames` (a tuple, or null).
+unsafe extern "C" fn dlpack(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: Python calls methods with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    let outcome = std::panic::catch_unwind(|| {
+        // SAFETY: as this function's contract says.
+        unsafe { call(py, slf, args, nargs, kwnames) }
+    });
+    let error = match outcome {
+        Ok(Ok(capsule)) => return capsule.into_ptr(),
+        Ok(Err(error)) => error,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            PyRuntimeError::new_err(format!(
+                "internal error in RsDLPack (please report): {what}"
+            ))
+        }
+    };
+    error.restore(py);
+    std::ptr::null_mut()
+}
+
+/// # Safety
+/// As [`dlpack`].
+unsafe fn call<'py>(
+    py: Python<'py>,
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> PyResult<Bound<'py, PyAny>> {
+    if nargs != 0 {
+        return Err(PyTypeError::new_err(format!(
+            "__dlpack__() takes 0 positional arguments but {nargs} were given"
+        )));
+    }
+    // SAFETY: a live object for the call (contract).
+    let receiver = unsafe { Bound::from_borrowed_ptr(py, slf) };
+    let exporter = receiver.cast::<Exporter>()?.get();
+    let mut values: [Option<Bound<'py, PyAny>>; KEYWORDS.len()] = Default::default();
+    if !kwnames.is_null() {
+        // SAFETY: a live tuple of names for the call (contract).
+        let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) }.cast_into::<PyTuple>()?;
+        let slots = slots_of(&names)?;
+        for (position, &slot) in slots.iter().take(names.len()).enumerate() {
+            // SAFETY: `args` holds `nargs` (0) positional values, then one value per name.
+            let value = unsafe { *args.add(position) };
+            // SAFETY: a live object for the call.
+            values[usize::from(slot)] = Some(unsafe { Bound::from_borrowed_ptr(py, value) });
+        }
+    }
+    let [stream, max_version, dl_device, copy] = &values;
+    let request = ExportRequest {
+        stream: stream_from_python(stream.as_ref())?,
+        version: version_of(max_version.as_ref())?,
+        device: device_from_python(dl_device.as_ref())?,
+        copy: copy_from_python(copy.as_ref())?,
+    };
+    Ok(exporter.dlpack(py, &request)?.into_any())
+}
+
+/// The slot of each name in `names`, remembered for the thread's last tuple (see the module
+/// docs).
+fn slots_of(names: &Bound<'_, PyTuple>) -> PyResult<Slots> {
+    let cached = LAST_NAMES.with_borrow(|last| {
+        last.as_ref()
+            .filter(|(tuple, _)| tuple.as_ptr() == names.as_ptr())
+            .map(|&(_, slots)| slots)
+    });
+    if let Some(slots) = cached {
+        return Ok(slots);
+    }
+    let slots = read_slots(names)?;
+    LAST_NAMES.set(Some((names.clone().unbind(), slots)));
+    Ok(slots)
+}
+
+/// [`slots_of`], by text.
+fn read_slots(names: &Bound<'_, PyTuple>) -> PyResult<Slots> {
+    let (mut slots, mut seen) = ([0u8; KEYWORDS.len()], [false; KEYWORDS.len()]);
+    for (position, name) in names.iter().enumerate() {
+        let name = name.cast_into::<PyString>()?;
+        let text = name.to_str()?;
+        let slot = KEYWORDS.iter().position(|&k| k == text).ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "__dlpack__() got an unexpected keyword argument '{text}'"
+            ))
+        })?;
+        if std::mem::replace(&mut seen[slot], true) {
+            return Err(PyTypeError::new_err(format!(
+                "__dlpack__() got multiple values for argument '{text}'"
+            )));
+        }
+        // Each position so far named a different keyword, so there are at most four.
+        slots[position] = slot as u8;
+    }
+    Ok(slots)
+}
+
+/// The `max_version` request, remembered for the thread's last tuple (see the module docs).
+fn version_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<VersionRequest> {
+    let Some(tuple) = value.and_then(|v| v.cast_exact::<PyTuple>().ok()) else {
+        return Ok(VersionRequest::from_python(value)?);
+    };
+    let cached = LAST_VERSION.with_borrow(|last| {
+        last.as_ref()
+            .filter(|(seen, _)| seen.as_ptr() == tuple.as_ptr())
+            .map(|&(_, request)| request)
+    });
+    if let Some(request) = cached {
+        return Ok(request);
+    }
+    let request = VersionRequest::from_python(value)?;
+    if tuple
+        .iter()
+        .all(|item| item.is_exact_instance_of::<pyo3::types::PyInt>())
+    {
+        LAST_VERSION.set(Some((tuple.clone().unbind(), request)));
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keywords_are_read_by_text_and_unknown_ones_named() {
+        Python::attach(|py| {
+            let names = PyTuple::new(py, ["copy", "max_version", "dl_device"]).unwrap();
+            assert_eq!(read_slots(&names).unwrap()[..3], [3, 1, 2]);
+            let names = PyTuple::new(py, ["max_version", "device"]).unwrap();
+            let error = read_slots(&names).unwrap_err().to_string();
+            assert!(
+                error.contains("unexpected keyword argument 'device'"),
+                "{error}"
+            );
+            let names = PyTuple::new(py, ["copy", "stream", "copy"]).unwrap();
+            let error = read_slots(&names).unwrap_err().to_string();
+            assert!(
+                error.contains("multiple values for argument 'copy'"),
+                "{error}"
+            );
+        });
+    }
+}
