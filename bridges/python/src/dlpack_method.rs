@@ -80,11 +80,7 @@ unsafe extern "C" fn dlpack(
         Ok(Ok(capsule)) => return capsule.into_ptr(),
         Ok(Err(error)) => error,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let what = crate::error::panic_message(&*panic);
             PyRuntimeError::new_err(format!(
                 "internal error in RsDLPack (please report): {what}"
             ))

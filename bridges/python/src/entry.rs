@@ -95,11 +95,7 @@ pub(crate) fn trampoline(error_out: ErrorOut, body: impl FnOnce() -> BridgeResul
             error.code() as i32
         }
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let what = crate::error::panic_message(&*panic);
             error_out.write(format!(
                 "internal error in RsDLPack (please report): {what}"
             ));

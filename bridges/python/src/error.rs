@@ -112,3 +112,13 @@ impl From<BridgeError> for PyErr {
         }
     }
 }
+
+/// What a caught panic said, for the "internal error" every entry point reports instead of
+/// unwinding into its caller.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}

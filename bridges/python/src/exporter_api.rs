@@ -23,7 +23,7 @@
 //! calls `set_error(error_ctx, kind, message)` and returns -1 (the header's two conventions).
 //! Every function catches panics: none crosses the C boundary.
 
-use crate::error::{BridgeError, BridgeResult};
+use crate::error::{BridgeError, BridgeResult, panic_message};
 use crate::exchange_api::CAPSULE_NAME;
 use crate::exporter::Exporter;
 use pyo3::exceptions::PyRuntimeError;
@@ -93,14 +93,6 @@ fn python_side(body: impl FnOnce(Python<'_>) -> BridgeResult<()>) -> c_int {
         }));
         -1
     })
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
 }
 
 /// `object` as our exporter, or a TypeError naming what it was.
