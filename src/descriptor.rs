@@ -186,9 +186,8 @@ impl TensorDescriptor {
         strides: &[isize],
         order: IndexOrder,
     ) -> Result<Self> {
-        let mut described = Self::empty();
-        described.describe_julia_layout(first_element, device, element, dims, strides, order)?;
-        Ok(described)
+        Self::boxed_from_julia_layout(first_element, device, element, dims, strides, order)
+            .map(|described| *described)
     }
 
     /// [`Self::from_julia_layout`] in a box, described where it lies (see
