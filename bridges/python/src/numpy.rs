@@ -22,3 +22,26 @@ pub fn is_ndarray(ty: &Bound<'_, PyType>) -> bool {
     };
     named("numpy", "ndarray")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_ndarray_type_itself_qualifies() {
+        Python::attach(|py| {
+            let np = py
+                .import("numpy")
+                .expect("numpy in the venv (scripts/env.sh)");
+            let ndarray = np
+                .getattr("ndarray")
+                .unwrap()
+                .cast_into::<PyType>()
+                .unwrap();
+            assert!(is_ndarray(&ndarray));
+            let matrix = np.getattr("matrix").unwrap().cast_into::<PyType>().unwrap();
+            assert!(!is_ndarray(&matrix), "a subclass may override __dlpack__");
+            assert!(!is_ndarray(&py.get_type::<pyo3::types::PyInt>()));
+        });
+    }
+}
