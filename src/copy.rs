@@ -275,16 +275,20 @@ fn check_host_readable(descriptor: &TensorDescriptor) -> Result<()> {
 /// and output lines in flight.
 const TILE_BYTES: usize = 16 << 10;
 
-/// Elements per side of a square tile of `n`-byte elements: every source row piece read and
-/// every output column piece written is 128–512 contiguous bytes, and the tile fits in
-/// [`TILE_BYTES`]. Measured on a 16384² float32 transpose: output pieces of 64 bytes written
-/// across columns cost twice a sequential write of the same bytes, 256-byte pieces about the
-/// same as one.
-const fn tile_side(n: usize) -> usize {
+/// Rows and columns of the tile for `n`-byte elements: every output column piece written
+/// (rows × n bytes) and every source row piece read (columns × n) is 128–512 contiguous bytes,
+/// and the tile fits in [`TILE_BYTES`]. Measured on a 16384² float32 transpose: output pieces
+/// of 64 bytes written across columns cost twice a sequential write of the same bytes,
+/// 256-byte pieces about the same as one. Measured side by side on a 16384×32768 float16
+/// transpose: a 64 × 128 tile 0.45–0.52× memcpy, 64 × 64 (128-byte source pieces) 0.36×,
+/// 128 × 128 (32 KiB) or 64 × 256 no better than 64 × 128; wider tiles than these for 4- and
+/// 8-byte elements gained nothing.
+const fn tile_shape(n: usize) -> (usize, usize) {
     match n {
-        1 => 128,
-        2 | 4 => 64,
-        _ => 32,
+        1 => (128, 128),
+        2 => (64, 128),
+        4 => (64, 64),
+        _ => (32, 32),
     }
 }
 
@@ -352,27 +356,28 @@ impl<'a> Tiles<'a> {
 
 impl StridedCopy for Tiles<'_> {
     unsafe fn copy<const N: usize>(&self, source: *const u8, out: &mut [u8]) {
-        let side = const {
-            assert!(tile_side(N) * tile_side(N) * N <= TILE_BYTES);
-            tile_side(N)
+        let (tile_rows, tile_cols) = const {
+            let (tile_rows, tile_cols) = tile_shape(N);
+            assert!(tile_rows * tile_cols * N <= TILE_BYTES);
+            (tile_rows, tile_cols)
         };
         let (rows, cols) = (self.shape[0] as usize, self.shape[self.t] as usize);
         let (row_stride, col_stride) = (self.strides[0] as isize, self.strides[self.t] as isize);
-        let bands = rows.div_ceil(side);
+        let bands = rows.div_ceil(tile_rows);
         let planes = out.len() / N / (rows * cols);
         let stream = out.len() >= STREAM_THRESHOLD;
         // Addresses, not pointers, so that the closure may be shared with rayon's threads.
         let (source_address, out_address) = (source as usize, out.as_mut_ptr() as usize);
-        // A task is a band of `side` rows across all columns: the source is read as `side`
-        // streams of whole rows, which the hardware prefetchers follow, and each output column
-        // receives a `side`-element piece per band. (Walking a column strip down all rows
+        // A task is a band of `tile_rows` rows across all columns: the source is read as
+        // `tile_rows` streams of whole rows, which the hardware prefetchers follow, and each
+        // output column receives a `tile_rows`-element piece per band. (Walking a column strip down all rows
         // instead reads a few lines per row, each a fresh cache miss: reads 2–3× slower.)
         let copy_task = |task: usize| {
             let (plane, band) = (task / bands, task % bands);
             let (source_base, out_base) = self.plane_start(plane);
             let source = source_address as *const u8;
             let out = out_address as *mut u8;
-            let (row_start, row_end) = (band * side, ((band + 1) * side).min(rows));
+            let (row_start, row_end) = (band * tile_rows, ((band + 1) * tile_rows).min(rows));
             let height = row_end - row_start;
             // The tile goes through a small local buffer, column-major: rows are read along
             // the source's fast dimension and columns written along the output's, each in
@@ -381,8 +386,8 @@ impl StridedCopy for Tiles<'_> {
             // Uninitialised: only the entries written by `Block::transpose_into` are read.
             let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
             let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
-            for col_start in (0..cols).step_by(side) {
-                let width = side.min(cols - col_start);
+            for col_start in (0..cols).step_by(tile_cols) {
+                let width = tile_cols.min(cols - col_start);
                 let first = source_base + row_start as isize * row_stride;
                 let first = first + col_start as isize * col_stride;
                 let block = Block {
@@ -395,9 +400,9 @@ impl StridedCopy for Tiles<'_> {
                     width,
                 };
                 // SAFETY: the block's elements are elements the tensor addresses; `tile`
-                // holds `side` columns of `side` elements (asserted above), and the block is
-                // at most `side` × `side`.
-                unsafe { block.transpose_into::<N>(tile, side) };
+                // holds `tile_cols` columns of `tile_rows` elements (asserted above), and the
+                // block is at most `tile_rows` × `tile_cols`.
+                unsafe { block.transpose_into::<N>(tile, tile_rows) };
                 for col in 0..width {
                     let out_first = out_base + (col_start + col) * self.out_stride_t + row_start;
                     // SAFETY: column `col` of the tile holds `height` elements written just
@@ -407,7 +412,7 @@ impl StridedCopy for Tiles<'_> {
                     unsafe {
                         write_run(
                             out.add(out_first * N),
-                            tile.add(col * side).cast::<u8>(),
+                            tile.add(col * tile_rows).cast::<u8>(),
                             height * N,
                             stream,
                         )
@@ -424,7 +429,7 @@ impl StridedCopy for Tiles<'_> {
         if out.len() < PARALLEL_THRESHOLD {
             (0..tasks).for_each(copy_task);
         } else {
-            let task_bytes = side * cols * N;
+            let task_bytes = tile_rows * cols * N;
             let min_tasks = (PARALLEL_THRESHOLD / task_bytes).max(1);
             (0..tasks)
                 .into_par_iter()
@@ -445,12 +450,16 @@ struct Block {
 }
 
 impl Block {
-    /// Writes element (i, j) of the block to `tile[j * side + i]`.
+    /// Writes element (i, j) of the block to `tile[j * tile_rows + i]`.
     ///
     /// # Safety
     /// Every element of the block must be readable; `tile` must be writable for
-    /// `(width - 1) * side + height` elements.
-    unsafe fn transpose_into<const N: usize>(&self, tile: *mut MaybeUninit<[u8; N]>, side: usize) {
+    /// `(width - 1) * tile_rows + height` elements.
+    unsafe fn transpose_into<const N: usize>(
+        &self,
+        tile: *mut MaybeUninit<[u8; N]>,
+        tile_rows: usize,
+    ) {
         // The part the SIMD kernels covered: whole squares from (0, 0).
         #[allow(unused_mut)]
         let (mut done_rows, mut done_cols) = (0, 0);
@@ -458,12 +467,12 @@ impl Block {
         if matches!(N, 2 | 4 | 8) {
             // SAFETY: forwarded from this function's contract.
             (done_rows, done_cols) =
-                unsafe { self.transpose_squares::<N>(tile.cast::<u8>(), side) };
+                unsafe { self.transpose_squares::<N>(tile.cast::<u8>(), tile_rows) };
         }
         // SAFETY: (both) forwarded from this function's contract.
-        unsafe { self.transpose_scalar(tile, side, 0..self.height, done_cols..self.width) };
+        unsafe { self.transpose_scalar(tile, tile_rows, 0..self.height, done_cols..self.width) };
         // SAFETY: as above.
-        unsafe { self.transpose_scalar(tile, side, done_rows..self.height, 0..done_cols) };
+        unsafe { self.transpose_scalar(tile, tile_rows, done_rows..self.height, 0..done_cols) };
     }
 
     /// As [`Self::transpose_into`], for the given rows and columns only.
@@ -473,7 +482,7 @@ impl Block {
     unsafe fn transpose_scalar<const N: usize>(
         &self,
         tile: *mut MaybeUninit<[u8; N]>,
-        side: usize,
+        tile_rows: usize,
         rows: std::ops::Range<usize>,
         cols: std::ops::Range<usize>,
     ) {
@@ -482,10 +491,10 @@ impl Block {
                 let offset =
                     i as isize * self.row_stride + j as isize * self.col_stride * N as isize;
                 // SAFETY: element (i, j) of the block, readable (contract); bytes only, so
-                // unaligned reads are fine. `j * side + i` is inside the tile (contract).
+                // unaligned reads are fine. `j * tile_rows + i` is inside the tile (contract).
                 unsafe {
                     let value = self.first.offset(offset).cast::<[u8; N]>().read_unaligned();
-                    tile.add(j * side + i).write(MaybeUninit::new(value));
+                    tile.add(j * tile_rows + i).write(MaybeUninit::new(value));
                 }
             }
         }
@@ -505,13 +514,13 @@ impl Block {
     unsafe fn transpose_squares<const N: usize>(
         &self,
         tile: *mut u8,
-        side: usize,
+        tile_rows: usize,
     ) -> (usize, usize) {
         match self.col_stride {
             // SAFETY: forwarded from this function's contract.
-            1 => unsafe { self.transpose_squares_by::<N, 1>(tile, side) },
+            1 => unsafe { self.transpose_squares_by::<N, 1>(tile, tile_rows) },
             // SAFETY: as above.
-            2 => unsafe { self.transpose_squares_by::<N, 2>(tile, side) },
+            2 => unsafe { self.transpose_squares_by::<N, 2>(tile, tile_rows) },
             _ => (0, 0),
         }
     }
@@ -524,7 +533,7 @@ impl Block {
     unsafe fn transpose_squares_by<const N: usize, const STEP: usize>(
         &self,
         tile: *mut u8,
-        side: usize,
+        tile_rows: usize,
     ) -> (usize, usize) {
         let square = 16 / N;
         let (rows, cols) = (self.height & !(square - 1), self.width & !(square - 1));
@@ -539,8 +548,8 @@ impl Block {
                     sse2::transpose_square::<N, STEP>(
                         self.first.offset(offset),
                         self.row_stride,
-                        tile.add((j * side + i) * N),
-                        side * N,
+                        tile.add((j * tile_rows + i) * N),
+                        tile_rows * N,
                     )
                 };
             }
