@@ -501,12 +501,12 @@ impl Block {
     }
 
     /// The block's whole squares of 16 bytes per row (8×8 2-byte, 4×4 4-byte or 2×2 8-byte
-    /// elements), each transposed in SSE2 registers, when the columns are contiguous or every
-    /// other element (else nothing). Returns how many rows and columns that covered.
+    /// elements), each transposed in SSE2 registers, when the columns are contiguous (not for
+    /// 8-byte elements) or every other element (else nothing). Returns how many rows and
+    /// columns that covered.
     ///
     /// Measured against the scalar path side by side (1 GiB, one thread): 2-byte transposes
-    /// 0.15× → 0.36× memcpy, stepped 0.27× → 0.35×; 8-byte stepped 0.41× → 0.50×; 8-byte
-    /// transposes ~0.55× either way (bound by memory; faster at 1 KiB, so not special-cased).
+    /// 0.15× → 0.36× memcpy, stepped 0.27× → 0.35×; 8-byte stepped 0.37–0.41× → 0.43–0.50×.
     ///
     /// # Safety
     /// As [`Self::transpose_into`], with `tile` in bytes and `N` 2, 4 or 8.
@@ -516,11 +516,14 @@ impl Block {
         tile: *mut u8,
         tile_rows: usize,
     ) -> (usize, usize) {
-        match self.col_stride {
+        match (N, self.col_stride) {
+            // Contiguous 8-byte elements: the scalar path measured 3–5% faster side by side at
+            // 1 GiB (bound by memory either way), so it keeps them.
+            (8, 1) => (0, 0),
             // SAFETY: forwarded from this function's contract.
-            1 => unsafe { self.transpose_squares_by::<N, 1>(tile, tile_rows) },
+            (_, 1) => unsafe { self.transpose_squares_by::<N, 1>(tile, tile_rows) },
             // SAFETY: as above.
-            2 => unsafe { self.transpose_squares_by::<N, 2>(tile, tile_rows) },
+            (_, 2) => unsafe { self.transpose_squares_by::<N, 2>(tile, tile_rows) },
             _ => (0, 0),
         }
     }
