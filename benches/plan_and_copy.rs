@@ -5,13 +5,15 @@
 //!
 //! - validate + plan (`decide` into a flat plan, as an import does), ns per layout (C, F, permuted, stepped, reversed, sliced, size-1 dims,
 //!   (3, 1000003), (4, 2^28), 32 dims): what `from_dlpack` spends deciding before Julia wraps;
-//! - copies of float32 tensors at 1 KiB and 1 GiB into a fresh column-major buffer, on 1 and
-//!   2 rayon threads, per layout (column-major source = contiguous runs, row-major source =
-//!   a transpose, a stepped [::2, ::2] view), as bandwidth relative to a memcpy of the same
+//! - copies of float32, float64 and float16 tensors of 1 KiB and 1 GiB (square for float32,
+//!   twice as many columns as rows otherwise) into a fresh column-major buffer, on 1 and 2
+//!   rayon threads, per layout (column-major source = contiguous runs, row-major source = a
+//!   transpose, a stepped [::2, ::2] view), as bandwidth relative to a memcpy of the same
 //!   output bytes into a fresh buffer (so both pay for first-touch page faults).
 //!
 //! Knobs for profiling one copy: `RSDLPACK_BENCH_CASE` (part of a case name, e.g. `transpose`),
-//! `RSDLPACK_BENCH_SIZE` (`KiB` or `GiB`), `RSDLPACK_BENCH_THREADS` (`1` or `2`).
+//! `RSDLPACK_BENCH_SIZE` (`KiB` or `GiB`), `RSDLPACK_BENCH_THREADS` (`1` or `2`),
+//! `RSDLPACK_BENCH_ELEMENT` (`f32`, `f64` or `f16`).
 //! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
 //! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
 //! memory that stays in cache, so the copies read no DRAM at all.
@@ -35,14 +37,19 @@ fn best_of<F: FnMut()>(runs: usize, mut f: F) -> Duration {
         .expect("at least one run")
 }
 
-/// A Float32 host tensor at `first_element` (DLPack order, strides in elements).
-fn descriptor(first_element: usize, shape: &[i64], strides: &[i64]) -> TensorDescriptor {
+/// A host tensor at `first_element` (DLPack order, strides in elements).
+fn descriptor(
+    first_element: usize,
+    element: ElementType,
+    shape: &[i64],
+    strides: &[i64],
+) -> TensorDescriptor {
     let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     let strides: Vec<isize> = strides.iter().map(|&s| s as isize).collect();
     TensorDescriptor::from_julia_layout(
         first_element,
         Device::CPU,
-        ElementType::Float32,
+        element,
         &dims,
         &strides,
         IndexOrder::Producer,
@@ -131,17 +138,45 @@ fn knob(name: &str) -> String {
     std::env::var(name).unwrap_or_default()
 }
 
-fn copies(threads: usize, side: i64) {
-    let bytes = (side * side) as usize * 4;
+/// The element types the copies are measured for, with their names in the output.
+const ELEMENTS: [(&str, ElementType); 3] = [
+    ("f32", ElementType::Float32),
+    ("f64", ElementType::Float64),
+    ("f16", ElementType::Float16),
+];
+
+/// Copies of `bytes`-byte tensors of each element type: `rows` × `cols` elements, as square as
+/// powers of two allow (rows = cols for 4-byte elements, cols = 2·rows for 2- and 8-byte).
+fn copies(threads: usize, bytes: usize) {
     let size = if bytes >= 1 << 30 { "1 GiB" } else { "1 KiB" };
     if !size.contains(&knob("RSDLPACK_BENCH_SIZE")) {
         return;
     }
+    let wanted_element = knob("RSDLPACK_BENCH_ELEMENT");
+    for (element_name, element) in ELEMENTS.iter().filter(|e| e.0.contains(&wanted_element)) {
+        let count = bytes / element.size();
+        let rows = 1i64 << (count.ilog2() / 2);
+        let cols = count as i64 / rows;
+        copies_of(threads, size, element_name, *element, rows, cols);
+    }
+}
+
+fn copies_of(
+    threads: usize,
+    size: &str,
+    element_name: &str,
+    element: ElementType,
+    rows: i64,
+    cols: i64,
+) {
+    let n = element.size();
+    let bytes = (rows * cols) as usize * n;
     let mut source = AlignedBuffer::zeroed(bytes);
     if knob("RSDLPACK_BENCH_ZERO_SOURCE") != "1" {
         // Real data: written pages are distinct physical memory, as a producer's tensor is.
-        for (i, word) in source.as_mut_slice().chunks_exact_mut(4).enumerate() {
-            word.copy_from_slice(&(i as f32).to_ne_bytes());
+        // (Counters in 8-byte words, whatever the element: only bits are moved.)
+        for (i, word) in source.as_mut_slice().chunks_exact_mut(8).enumerate() {
+            word.copy_from_slice(&(i as u64).to_ne_bytes());
         }
     }
     let address = source.as_ptr() as usize;
@@ -149,17 +184,18 @@ fn copies(threads: usize, side: i64) {
     let cases = [
         (
             "column-major source",
-            descriptor(address, &[side, side], &[1, side]),
+            descriptor(address, element, &[rows, cols], &[1, rows]),
         ),
         (
             "row-major source (transpose)",
-            descriptor(address, &[side, side], &[side, 1]),
+            descriptor(address, element, &[rows, cols], &[cols, 1]),
         ),
         (
             "stepped [::2, ::2]",
-            descriptor(address, &[side / 2, side / 2], &[2 * side, 2]),
+            descriptor(address, element, &[rows / 2, cols / 2], &[2 * cols, 2]),
         ),
     ];
+    let shape = format!("{element_name} {rows}×{cols}");
     let wanted = knob("RSDLPACK_BENCH_CASE");
     for (name, d) in cases.iter().filter(|c| c.0.contains(&wanted)) {
         let out = d.dense_byte_size();
@@ -177,9 +213,7 @@ fn copies(threads: usize, side: i64) {
             drop(black_box(copy.unwrap()));
         });
         println!(
-            "{:>7} {:>2} thread(s) {name:>30}: {:>10.1} µs, memcpy {:>10.1} µs: {:.2}x memcpy bandwidth",
-            size,
-            threads,
+            "{size:>7} {shape:>15} {threads:>2} thread(s) {name:>28}: {:>10.1} µs, memcpy {:>10.1} µs: {:.2}x memcpy bandwidth",
             took.as_secs_f64() * 1e6,
             memcpy.as_secs_f64() * 1e6,
             memcpy.as_secs_f64() / took.as_secs_f64()
@@ -207,8 +241,8 @@ fn main() {
             .build()
             .expect("a thread pool");
         pool.install(|| {
-            copies(threads, 16);
-            copies(threads, 16384);
+            copies(threads, 1 << 10);
+            copies(threads, 1 << 30);
         });
     }
 }
