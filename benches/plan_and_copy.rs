@@ -5,15 +5,15 @@
 //!
 //! - validate + plan (`decide` into a flat plan, as an import does), ns per layout (C, F, permuted, stepped, reversed, sliced, size-1 dims,
 //!   (3, 1000003), (4, 2^28), 32 dims): what `from_dlpack` spends deciding before Julia wraps;
-//! - copies of float32, float64 and float16 tensors of 1 KiB and 1 GiB (square for float32,
-//!   twice as many columns as rows otherwise) into a fresh column-major buffer, on 1 and 2
+//! - copies of float32, float64, float16 and uint8 tensors of 1 KiB and 1 GiB (square for
+//!   float32 and uint8, twice as many columns as rows otherwise) into a fresh column-major buffer, on 1 and 2
 //!   rayon threads, per layout (column-major source = contiguous runs, row-major source = a
 //!   transpose, a stepped [::2, ::2] view), as bandwidth relative to a memcpy of the same
 //!   output bytes into a fresh buffer (so both pay for first-touch page faults).
 //!
 //! Knobs for profiling one copy: `RSDLPACK_BENCH_CASE` (part of a case name, e.g. `transpose`),
 //! `RSDLPACK_BENCH_SIZE` (`KiB` or `GiB`), `RSDLPACK_BENCH_THREADS` (`1` or `2`),
-//! `RSDLPACK_BENCH_ELEMENT` (`f32`, `f64` or `f16`).
+//! `RSDLPACK_BENCH_ELEMENT` (`f32`, `f64`, `f16` or `u8`).
 //! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
 //! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
 //! memory that stays in cache, so the copies read no DRAM at all.
@@ -139,14 +139,16 @@ fn knob(name: &str) -> String {
 }
 
 /// The element types the copies are measured for, with their names in the output.
-const ELEMENTS: [(&str, ElementType); 3] = [
+const ELEMENTS: [(&str, ElementType); 4] = [
     ("f32", ElementType::Float32),
     ("f64", ElementType::Float64),
     ("f16", ElementType::Float16),
+    ("u8", ElementType::UInt8),
 ];
 
 /// Copies of `bytes`-byte tensors of each element type: `rows` × `cols` elements, as square as
-/// powers of two allow (rows = cols for 4-byte elements, cols = 2·rows for 2- and 8-byte).
+/// powers of two allow (rows = cols for 1- and 4-byte elements, cols = 2·rows for 2- and
+/// 8-byte).
 fn copies(threads: usize, bytes: usize) {
     let size = if bytes >= 1 << 30 { "1 GiB" } else { "1 KiB" };
     if !size.contains(&knob("RSDLPACK_BENCH_SIZE")) {
