@@ -24,7 +24,10 @@ use dlpark::ffi::{DLPackVersion, DLTensor};
 /// by [`TensorDescriptor::validate`] (a foreign tensor), [`TensorDescriptor::from_julia_layout`]
 /// (an array to export), [`TensorDescriptor::compact`] (fresh memory), or derived from a valid
 /// one by the methods that restate it elsewhere ([`TensorDescriptor::copied_at`],
-/// [`TensorDescriptor::moved_to`]), which check again where the address changes.
+/// [`TensorDescriptor::moved_to`]), which check again where the address changes. A descriptor
+/// is large (two 32-slot lists), so the hot paths fill one where it lies instead:
+/// [`TensorDescriptor::validate_into`] over an [`TensorDescriptor::empty`] one, and
+/// [`TensorDescriptor::boxed_from_julia_layout`] in its box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorDescriptor {
     /// Address of the element at index (0, …, 0): `data + byte_offset`.
