@@ -29,12 +29,14 @@ const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
 /// Slot per keyword position; at most one position per keyword (Python guarantees unique names).
 type Slots = [u8; KEYWORDS.len()];
 
+/// A thread's last tuple of one kind and the answer read from it.
+type LastTuple<T> = RefCell<Option<(Py<PyTuple>, T)>>;
+
 thread_local! {
     /// The last keyword-name tuple this thread saw, and the slot of each of its names.
-    static LAST_NAMES: RefCell<Option<(Py<PyTuple>, Slots)>> = const { RefCell::new(None) };
+    static LAST_NAMES: LastTuple<Slots> = const { RefCell::new(None) };
     /// The last `max_version` tuple this thread saw, and what it asks for.
-    static LAST_VERSION: RefCell<Option<(Py<PyTuple>, VersionRequest)>> =
-        const { RefCell::new(None) };
+    static LAST_VERSION: LastTuple<VersionRequest> = const { RefCell::new(None) };
 }
 
 /// The method descriptor for `Exporter.__dlpack__`, bound to `ty` (the exporter type, being
@@ -132,17 +134,30 @@ unsafe fn call<'py>(
 /// The slot of each name in `names`, remembered for the thread's last tuple (see the module
 /// docs).
 fn slots_of(names: &Bound<'_, PyTuple>) -> PyResult<Slots> {
-    let cached = LAST_NAMES.with_borrow(|last| {
+    remembered(&LAST_NAMES, names, || read_slots(names), |_| true)
+}
+
+/// What `read` answers for `tuple`, or what it answered for the same tuple object the last time
+/// on this thread; the answer is kept for next time when `keep` says the tuple cannot change.
+fn remembered<T: Copy + 'static>(
+    last: &'static std::thread::LocalKey<LastTuple<T>>,
+    tuple: &Bound<'_, PyTuple>,
+    read: impl FnOnce() -> PyResult<T>,
+    keep: impl FnOnce(&Bound<'_, PyTuple>) -> bool,
+) -> PyResult<T> {
+    let cached = last.with_borrow(|last| {
         last.as_ref()
-            .filter(|(tuple, _)| tuple.as_ptr() == names.as_ptr())
-            .map(|&(_, slots)| slots)
+            .filter(|(seen, _)| seen.as_ptr() == tuple.as_ptr())
+            .map(|&(_, answer)| answer)
     });
-    if let Some(slots) = cached {
-        return Ok(slots);
+    if let Some(answer) = cached {
+        return Ok(answer);
     }
-    let slots = read_slots(names)?;
-    LAST_NAMES.set(Some((names.clone().unbind(), slots)));
-    Ok(slots)
+    let answer = read()?;
+    if keep(tuple) {
+        last.set(Some((tuple.clone().unbind(), answer)));
+    }
+    Ok(answer)
 }
 
 /// [`slots_of`], by text.
@@ -172,22 +187,18 @@ fn version_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<VersionRequest> {
     let Some(tuple) = value.and_then(|v| v.cast_exact::<PyTuple>().ok()) else {
         return Ok(VersionRequest::from_python(value)?);
     };
-    let cached = LAST_VERSION.with_borrow(|last| {
-        last.as_ref()
-            .filter(|(seen, _)| seen.as_ptr() == tuple.as_ptr())
-            .map(|&(_, request)| request)
-    });
-    if let Some(request) = cached {
-        return Ok(request);
-    }
-    let request = VersionRequest::from_python(value)?;
-    if tuple
-        .iter()
-        .all(|item| item.is_exact_instance_of::<pyo3::types::PyInt>())
-    {
-        LAST_VERSION.set(Some((tuple.clone().unbind(), request)));
-    }
-    Ok(request)
+    // A tuple of ints never changes; one holding other objects might.
+    let of_ints = |tuple: &Bound<'_, PyTuple>| {
+        tuple
+            .iter()
+            .all(|item| item.is_exact_instance_of::<pyo3::types::PyInt>())
+    };
+    remembered(
+        &LAST_VERSION,
+        tuple,
+        || Ok(VersionRequest::from_python(value)?),
+        of_ints,
+    )
 }
 
 #[cfg(test)]
