@@ -83,7 +83,8 @@ pub fn check_legacy(element: ElementType, read_only: bool) -> Result<()> {
     }
 }
 
-fn flags(descriptor: &TensorDescriptor) -> DlpackFlags {
+/// The flags a header restating `descriptor` carries.
+pub(crate) fn flags(descriptor: &TensorDescriptor) -> DlpackFlags {
     let mut flags = DlpackFlags::empty();
     flags.set(DlpackFlags::READ_ONLY, descriptor.read_only());
     flags.set(DlpackFlags::IS_COPIED, descriptor.is_copied());

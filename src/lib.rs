@@ -5,7 +5,8 @@
 //! - [`dtype`] and [`device`]: what its elements and memory are, in Julia terms;
 //! - [`layout`]: how any shape and strides become a zero-copy Julia array, or why not;
 //! - [`copy`]: a fresh column-major copy when a view is impossible or a copy is asked for;
-//! - [`export`]: a managed tensor over memory owned elsewhere;
+//! - [`export`]: a managed tensor over memory owned elsewhere; [`forward`]: an imported tensor
+//!   handed on with a deleter of ours, its metadata not copied;
 //! - [`stream`]: DLPack's stream values, typed; [`cuda`]: pointer checks, stream ordering by
 //!   events, stream descriptions and device → host copies, on a driver loaded at run time.
 //!
@@ -19,6 +20,7 @@ pub mod dims;
 pub mod dtype;
 pub mod error;
 pub mod export;
+pub mod forward;
 pub mod imported;
 pub mod layout;
 pub mod stream;

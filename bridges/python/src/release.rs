@@ -7,14 +7,15 @@
 //! anywhere else it goes to a queue that the next bridge call holding the GIL drains, or that
 //! [`drain`] empties on request (`rsdlpack_py_flush_releases`).
 //!
-//! Every tensor the bridge hands out is re-wrapped ([`rewrap`]) as a versioned managed tensor
-//! whose owner is a `PythonProduced`, so that consumers of the bridge (the Julia bridge) never
-//! see a Python deleter and need not care about the GIL.
+//! Every tensor the bridge hands out is re-wrapped as a versioned managed tensor whose deleter
+//! releases the producer's this way ([`rewrap`], or [`rewrap_owned`] with a `PythonProduced`
+//! owner), so that consumers of the bridge (the Julia bridge) never see a Python deleter and
+//! need not care about the GIL.
 
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
-use rsdlpack::dlpark::ffi::DLPackVersion;
-use rsdlpack::export::{export_owned, export_versioned};
+use rsdlpack::export::export_owned;
+use rsdlpack::forward::forward_versioned;
 use rsdlpack::{ImportedTensor, ManagedTensor};
 use std::os::raw::c_int;
 use std::sync::Mutex;
@@ -113,12 +114,8 @@ pub fn rewrap_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor> 
 }
 
 /// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
-/// deleter releases the original under the GIL (see the module docs).
+/// deleter releases the original under the GIL (see the module docs). Its metadata is not
+/// copied (see [`rsdlpack::forward`]).
 pub fn rewrap(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
-    let (managed, descriptor) = tensor.into_parts();
-    export_versioned(
-        &descriptor,
-        PythonProduced::new(managed),
-        DLPackVersion::CURRENT.minor,
-    )
+    forward_versioned(tensor, release_here_or_defer)
 }
