@@ -121,7 +121,7 @@ impl TensorDescriptor {
         let ndim = usize::try_from(tensor.ndim)
             .ok()
             .filter(|&n| n <= MAX_NDIM)
-            .ok_or(Error::BadRank {
+            .ok_or_else(|| Error::BadRank {
                 ndim: tensor.ndim.into(),
                 max: MAX_NDIM,
             })?;

@@ -34,7 +34,9 @@ pub fn call_method<'py>(
     let count = 1 + positional.len() + keyword.len();
     assert!(count <= MAX_ARGS, "at most {MAX_ARGS} arguments");
     assert_eq!(
-        kwnames.map_or(0, |n| n.len()),
+        // `Py_SIZE`, inline: in abi3 mode `len()` is a call into Python.
+        // SAFETY: a live tuple (borrowed), whose object header Python lays out as a PyVarObject.
+        kwnames.map_or(0, |n| unsafe { ffi::Py_SIZE(n.as_ptr()) } as usize),
         keyword.len(),
         "one keyword name per keyword value"
     );

@@ -34,6 +34,9 @@ pub struct RsdlImportOptions {
 }
 
 impl RsdlImportOptions {
+    // Inlined: returned through memory, the request is reloaded wider than it was stored, and
+    // the store-to-load forwarding stall showed in the import loop's profile.
+    #[inline]
     pub(crate) fn parse(&self) -> BridgeResult<ImportRequest> {
         let stream = if self.has_stream != 0 {
             StreamRequest::from_value(self.stream)?
