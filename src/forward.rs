@@ -5,35 +5,52 @@
 //! themselves (the Python bridge: a Python producer's deleter needs the GIL, so the release
 //! decides where it runs). [`crate::export::export_versioned`] could restate the descriptor
 //! instead, but it copies shape and strides into a new allocation and boxes its owner apart:
-//! two allocations and a copy on every import. Here the tensor's one allocation holds the
-//! header, the producer's tensor and the validated descriptor, and the header's shape and
-//! strides point into that descriptor, which lives exactly as long as the header does.
+//! two allocations and a copy on every import. Here the header is written into room the
+//! imported tensor's own allocation keeps for it ([`Slot`]), beside the producer's tensor and
+//! the validated descriptor; the header's shape and strides point into that descriptor, which
+//! lives exactly as long as the header does. Forwarding allocates nothing.
 //!
 //! The header restates the descriptor as an export would: the address of the first element
 //! with a zero byte offset, explicit strides, the flags the descriptor carries, and the newest
 //! minor version this library speaks ([`crate::export::claimed_minor`]).
 
-use crate::descriptor::TensorDescriptor;
 use crate::error::Result;
 use crate::export::{claimed_minor, flags};
-use crate::imported::{ImportedTensor, ManagedTensor};
+use crate::imported::{Imported, ImportedTensor, ManagedTensor};
 use dlpark::Managed;
 use dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use std::mem::{MaybeUninit, offset_of};
 
 /// Disposes of the producer's tensor when the forwarded one is released (dropping it runs the
 /// producer's deleter; a bridge may defer that instead).
 pub type Release = fn(ManagedTensor);
 
-/// The one allocation behind a forwarded tensor.
+/// Room in an imported tensor's allocation for the header it is forwarded under. Unwritten
+/// until then.
 #[repr(C)]
-struct Forwarded {
+pub(crate) struct Slot {
     /// First, so that the pointer a consumer hands to the deleter is the allocation's.
-    header: DLManagedTensorVersioned,
-    producer: ManagedTensor,
-    /// Boxed, so that the shape and strides the header points to never move.
-    descriptor: Box<TensorDescriptor>,
-    release: Release,
+    header: MaybeUninit<DLManagedTensorVersioned>,
+    release: Option<Release>,
 }
+
+impl Slot {
+    pub(crate) const EMPTY: Self = Self {
+        header: MaybeUninit::uninit(),
+        release: None,
+    };
+}
+
+// SAFETY: the header is plain data: unwritten (and never read) while the imported tensor is
+// owned, then written once when the allocation is handed on, after which only the forwarded
+// `Managed` (itself Send and Sync) reaches it. Its pointers lead to the descriptor beside it,
+// which is immutable, and to the tensor's memory, which an `ImportedTensor` already shares.
+unsafe impl Send for Slot {}
+// SAFETY: as above.
+unsafe impl Sync for Slot {}
+
+// The deleter gets the header's address and frees the allocation from it.
+const _: () = assert!(offset_of!(Imported, forwarding) == 0 && offset_of!(Slot, header) == 0);
 
 /// `tensor` as a versioned managed tensor over the same memory and metadata, whose deleter
 /// hands the producer's tensor to `release`. On error (an element type that needs a newer
@@ -42,51 +59,47 @@ pub fn forward_versioned(
     tensor: ImportedTensor,
     release: Release,
 ) -> Result<Managed<DLManagedTensorVersioned>> {
-    let (producer, descriptor) = tensor.into_parts();
+    let descriptor = tensor.descriptor();
     let minor = match claimed_minor(descriptor.element(), DLPackVersion::CURRENT.minor) {
         Ok(minor) => minor,
         Err(error) => {
-            release(producer);
+            release(tensor.into_managed());
             return Err(error);
         }
     };
-    let header = DLManagedTensorVersioned {
-        version: DLPackVersion {
-            major: DLPackVersion::CURRENT.major,
-            minor,
-        },
-        manager_ctx: std::ptr::null_mut(),
-        deleter: Some(delete_forwarded),
-        flags: flags(&descriptor),
-        dl_tensor: DLTensor {
-            data: descriptor.first_element() as *mut std::ffi::c_void,
-            device: descriptor.device().to_dlpack(),
-            ndim: descriptor.ndim() as i32,
-            dtype: descriptor.element().to_dlpack(),
-            // Written below, once the descriptor has its final address inside the box.
-            shape: std::ptr::null_mut(),
-            strides: std::ptr::null_mut(),
-            byte_offset: 0,
-        },
-    };
-    let forwarded = Box::into_raw(Box::new(Forwarded {
-        header,
-        producer,
-        descriptor,
-        release,
-    }));
-    // SAFETY: `forwarded` was just allocated and is ours alone. The arrays belong to the boxed
-    // descriptor, which the allocation owns and never mutates; consumers only read them.
+    let imported = Box::into_raw(tensor.into_box());
+    // SAFETY: `imported` is a live allocation, ours alone until handed on below. The arrays
+    // belong to its descriptor, which never moves or changes while the allocation lives;
+    // consumers only read them.
     unsafe {
-        let descriptor = &(*forwarded).descriptor;
-        let tensor = &mut (*forwarded).header.dl_tensor;
-        tensor.shape = descriptor.shape().as_ptr().cast_mut();
-        tensor.strides = descriptor.strides().as_ptr().cast_mut();
-        (*forwarded).header.manager_ctx = forwarded.cast();
+        let descriptor = &(*imported).descriptor;
+        let header = DLManagedTensorVersioned {
+            version: DLPackVersion {
+                major: DLPackVersion::CURRENT.major,
+                minor,
+            },
+            manager_ctx: imported.cast(),
+            deleter: Some(delete_forwarded),
+            flags: flags(descriptor),
+            dl_tensor: DLTensor {
+                data: descriptor.first_element() as *mut std::ffi::c_void,
+                device: descriptor.device().to_dlpack(),
+                ndim: descriptor.ndim() as i32,
+                dtype: descriptor.element().to_dlpack(),
+                shape: descriptor.shape().as_ptr().cast_mut(),
+                strides: descriptor.strides().as_ptr().cast_mut(),
+                byte_offset: 0,
+            },
+        };
+        (*imported).forwarding = Slot {
+            header: MaybeUninit::new(header),
+            release: Some(release),
+        };
     }
-    // SAFETY: a fully initialised header at the current major version, whose deleter frees
-    // exactly this allocation once and never unwinds into C (see `delete_forwarded`).
-    let managed = unsafe { Managed::from_raw(forwarded.cast::<DLManagedTensorVersioned>()) };
+    // SAFETY: the allocation starts with an initialised header (offsets asserted above) at
+    // the current major version, whose deleter frees exactly this allocation once and never
+    // unwinds into C (see `delete_forwarded`).
+    let managed = unsafe { Managed::from_raw(imported.cast::<DLManagedTensorVersioned>()) };
     Ok(managed.expect("a non-null header at the current major version"))
 }
 
@@ -95,19 +108,24 @@ unsafe extern "C" fn delete_forwarded(header: *mut DLManagedTensorVersioned) {
     if header.is_null() {
         return;
     }
-    // SAFETY: a non-null header passed to this deleter is the first field of a `Forwarded`
-    // made by `Box::into_raw` in `forward_versioned`, and DLPack calls the deleter once.
-    let forwarded = unsafe { Box::from_raw(header.cast::<Forwarded>()) };
-    let Forwarded {
-        producer, release, ..
-    } = *forwarded;
+    // SAFETY: a non-null header passed to this deleter starts an `Imported` allocation made
+    // by `Box` and handed on by `forward_versioned` (offsets asserted above), and DLPack calls
+    // the deleter once.
+    let imported = unsafe { Box::from_raw(header.cast::<Imported>()) };
+    let Imported {
+        forwarding,
+        managed,
+        ..
+    } = *imported;
+    let release = forwarding.release.expect("set when forwarded");
     // A panic must not cross this `extern "C"` boundary; the tensor is then leaked.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| release(producer)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| release(managed)));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::descriptor::TensorDescriptor;
     use crate::dtype::ElementType;
     use crate::test_support::{CountingOwner, counted_versioned};
     use dlpark::DlpackFlags;

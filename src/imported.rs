@@ -66,46 +66,71 @@ impl ManagedTensor {
 }
 
 /// An owned, validated foreign tensor.
-pub struct ImportedTensor {
-    managed: ManagedTensor,
-    /// Boxed: a descriptor is ~560 bytes inline (see [`crate::DimVec`]), and an imported
-    /// tensor moves through several layers on its way to the caller; one allocation costs
-    /// less than the copies (measured on the NumPy import loop).
-    descriptor: Box<TensorDescriptor>,
+pub struct ImportedTensor(Box<Imported>);
+
+/// The one allocation of an imported tensor. A descriptor is ~560 bytes inline (see
+/// [`crate::DimVec`]), so it is boxed rather than moved through the layers on its way to the
+/// caller, and the managed tensor lives beside it. The first field is room for the header the
+/// tensor is handed on under, should it be forwarded ([`crate::forward`]): the forwarded
+/// tensor is then this same allocation, and forwarding allocates nothing.
+#[repr(C)]
+pub(crate) struct Imported {
+    pub(crate) forwarding: crate::forward::Slot,
+    pub(crate) managed: ManagedTensor,
+    pub(crate) descriptor: TensorDescriptor,
 }
 
 impl ImportedTensor {
     /// Validates `managed`; on error it is dropped (its deleter runs) before returning.
+    #[inline]
     pub fn new(managed: ManagedTensor) -> Result<Self> {
-        let mut descriptor = Box::new(TensorDescriptor::empty());
-        managed.describe_into(&mut descriptor)?;
-        Ok(Self {
+        let mut imported = Box::new(Imported {
+            forwarding: crate::forward::Slot::EMPTY,
+            managed,
+            descriptor: TensorDescriptor::empty(),
+        });
+        let Imported {
             managed,
             descriptor,
-        })
+            ..
+        } = &mut *imported;
+        managed.describe_into(descriptor)?;
+        Ok(Self(imported))
     }
 
     /// `managed` with the descriptor it restates, not validated again: only for tensors this
     /// crate built from that descriptor ([`crate::export::export_owned`]).
     pub(crate) fn restating(managed: ManagedTensor, descriptor: TensorDescriptor) -> Self {
-        Self {
+        Self(Box::new(Imported {
+            forwarding: crate::forward::Slot::EMPTY,
             managed,
-            descriptor: Box::new(descriptor),
-        }
+            descriptor,
+        }))
     }
 
     pub fn descriptor(&self) -> &TensorDescriptor {
-        &self.descriptor
+        &self.0.descriptor
     }
 
-    /// The still-owned managed tensor and its descriptor.
+    /// The still-owned managed tensor and its descriptor, boxed apart (a copy of the
+    /// descriptor: for owners that keep only the descriptor).
     pub fn into_parts(self) -> (ManagedTensor, Box<TensorDescriptor>) {
-        (self.managed, self.descriptor)
+        let Imported {
+            managed,
+            descriptor,
+            ..
+        } = *self.0;
+        (managed, Box::new(descriptor))
     }
 
     /// Gives up the descriptor and returns the still-owned managed tensor.
     pub fn into_managed(self) -> ManagedTensor {
-        self.managed
+        self.0.managed
+    }
+
+    /// The allocation itself, for [`crate::forward`].
+    pub(crate) fn into_box(self) -> Box<Imported> {
+        self.0
     }
 }
 

@@ -19,27 +19,39 @@ use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use rsdlpack::export::{export_legacy, export_versioned};
-use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
+use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, TensorDescriptor};
 use std::ops::Deref;
 use std::sync::Arc;
 
 /// The tensor behind an exporter, and what keeps its memory alive.
 struct Source {
-    descriptor: Box<TensorDescriptor>,
-    /// Held for its drop only.
-    _keeper: Keeper,
+    described: Described,
     /// For device memory: the stream on which its producer wrote it (`CUstream`; 1 is the
     /// legacy default stream). Consumers' streams are ordered after it.
     stream: Option<usize>,
 }
 
-/// What keeps a source's memory alive until the exporter and every capsule are gone.
-enum Keeper {
+/// A source's descriptor with what keeps its memory alive until the exporter and every capsule
+/// are gone.
+enum Described {
     /// A tensor from another producer (or a copy): its deleter runs when the source drops.
-    Tensor(#[allow(dead_code)] ManagedTensor),
+    Tensor(ImportedTensor),
     /// A Julia array: its root is released when the source drops. Held directly, not inside a
     /// managed tensor nobody would see.
-    JuliaRoot(#[allow(dead_code)] JuliaRoot),
+    JuliaArray {
+        descriptor: Box<TensorDescriptor>,
+        /// Held for its drop only.
+        _root: JuliaRoot,
+    },
+}
+
+impl Source {
+    fn descriptor(&self) -> &TensorDescriptor {
+        match &self.described {
+            Described::Tensor(tensor) => tensor.descriptor(),
+            Described::JuliaArray { descriptor, .. } => descriptor,
+        }
+    }
 }
 
 /// What a capsule's managed tensor owns: the shared source, or a private copy of it.
@@ -75,11 +87,9 @@ pub struct Exporter {
 impl Exporter {
     /// `stream`: for device tensors, the producer's stream (see [`Source`]).
     pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> Self {
-        let (managed, descriptor) = tensor.into_parts();
         Self {
             source: Arc::new(Source {
-                descriptor,
-                _keeper: Keeper::Tensor(managed),
+                described: Described::Tensor(tensor),
                 stream,
             }),
         }
@@ -93,8 +103,10 @@ impl Exporter {
     ) -> Self {
         Self {
             source: Arc::new(Source {
-                descriptor,
-                _keeper: Keeper::JuliaRoot(root),
+                described: Described::JuliaArray {
+                    descriptor,
+                    _root: root,
+                },
                 stream,
             }),
         }
@@ -128,7 +140,7 @@ impl Exporter {
 
     /// The validated tensor behind this exporter.
     pub(crate) fn descriptor(&self) -> &rsdlpack::TensorDescriptor {
-        &self.source.descriptor
+        self.source.descriptor()
     }
 
     /// What [`plan_export`] needs to know about the source.

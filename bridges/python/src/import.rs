@@ -234,44 +234,48 @@ fn not_dlpack_or(object: &Bound<'_, PyAny>, err: PyErr, method: &str) -> BridgeE
     BridgeError::producer(format!("{}.{method}", type_name(object)), err)
 }
 
-/// Keyword arguments of one `__dlpack__` call, in the order their names are cached.
-struct Keywords<'py> {
-    stream: Option<Bound<'py, PyAny>>,
-    max_version: Option<Bound<'py, PyAny>>,
-    dl_device: Option<Bound<'py, PyAny>>,
-    copy: Option<Bound<'py, PyAny>>,
+/// Keyword arguments of one `__dlpack__` call, in the order their names are cached. Borrowed:
+/// the values live in the caller or in process-wide caches, so a call takes no references.
+#[derive(Clone, Copy)]
+struct Keywords<'a, 'py> {
+    stream: Option<&'a Bound<'py, PyAny>>,
+    max_version: Option<&'a Bound<'py, PyAny>>,
+    dl_device: Option<&'a Bound<'py, PyAny>>,
+    copy: Option<&'a Bound<'py, PyAny>>,
 }
 
-impl<'py> Keywords<'py> {
+impl<'py> Keywords<'_, 'py> {
     /// Calls `object.__dlpack__(**self)`.
-    fn call(&self, object: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn call(self, object: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         const NAMES: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
         /// The names tuple for each subset of `NAMES` (bit k set: `NAMES[k]` present).
         static TUPLES: [PyOnceLock<Py<PyTuple>>; 16] = [const { PyOnceLock::new() }; 16];
         let py = object.py();
-        let slots = [&self.stream, &self.max_version, &self.dl_device, &self.copy];
-        let mask = slots
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.is_some())
-            .fold(0usize, |m, (k, _)| m | (1 << k));
+        let slots = [self.stream, self.max_version, self.dl_device, self.copy];
         let mut values = [object; 4];
         let mut count = 0;
-        for value in slots.iter().filter_map(|v| v.as_ref()) {
-            values[count] = value;
-            count += 1;
+        let mut mask = 0;
+        for (k, value) in slots.into_iter().enumerate() {
+            if let Some(value) = value {
+                values[count] = value;
+                count += 1;
+                mask |= 1 << k;
+            }
         }
-        let names = TUPLES[mask].get_or_init(py, || {
-            // Interned, as producers' argument parsers compare names by identity first.
-            let present: Vec<_> = (0..4)
-                .filter(|k| mask & (1 << k) != 0)
-                .map(|k| PyString::intern(py, NAMES[k]))
-                .collect();
-            PyTuple::new(py, present)
-                .expect("a tuple of strings")
-                .unbind()
+        let names = (mask != 0).then(|| {
+            TUPLES[mask]
+                .get_or_init(py, || {
+                    // Interned, as producers' argument parsers compare names by identity first.
+                    let present: Vec<_> = (0..4)
+                        .filter(|k| mask & (1 << k) != 0)
+                        .map(|k| PyString::intern(py, NAMES[k]))
+                        .collect();
+                    PyTuple::new(py, present)
+                        .expect("a tuple of strings")
+                        .unbind()
+                })
+                .bind(py)
         });
-        let names = (mask != 0).then(|| names.bind(py));
         call_method(
             object,
             pyo3::intern!(py, "__dlpack__"),
@@ -283,18 +287,17 @@ impl<'py> Keywords<'py> {
 }
 
 /// `(1, 3)`: the newest DLPack version this library speaks, built once.
-fn max_version(py: Python<'_>) -> Bound<'_, PyAny> {
-    static MAX_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+fn max_version(py: Python<'_>) -> &Bound<'_, PyAny> {
+    static MAX_VERSION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let current = DLPackVersion::CURRENT;
     MAX_VERSION
         .get_or_init(py, || {
             PyTuple::new(py, [current.major, current.minor])
                 .expect("a tuple of ints")
+                .into_any()
                 .unbind()
         })
         .bind(py)
-        .clone()
-        .into_any()
 }
 
 /// Calls `__dlpack__` with the requested arguments, retrying without the newer ones on
@@ -311,34 +314,36 @@ fn call_dlpack<'py>(
         .to_value()
         .filter(|_| !on_cpu)
         .map(|value| PyInt::new(py, value).into_any());
-    let dl_device = request.device.map(|device| {
-        /// `(1, 0)`, what every host import asks for, built once.
-        static CPU: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    /// `(1, 0)`, what every host import asks for, built once.
+    static CPU: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let tuple = |device: Device| {
         let dl = device.to_dlpack();
-        let tuple = || PyTuple::new(py, [i64::from(dl.device_type.0), i64::from(dl.device_id)]);
-        match device == Device::CPU {
-            true => CPU
-                .get_or_init(py, || tuple().expect("a tuple of ints").unbind())
-                .bind(py)
-                .clone(),
-            false => tuple().expect("a tuple of ints"),
-        }
-        .into_any()
-    });
+        PyTuple::new(py, [i64::from(dl.device_type.0), i64::from(dl.device_id)])
+            .expect("a tuple of ints")
+            .into_any()
+    };
+    let other_device = request
+        .device
+        .filter(|&device| device != Device::CPU)
+        .map(tuple);
+    let dl_device = match request.device {
+        Some(Device::CPU) => Some(CPU.get_or_init(py, || tuple(Device::CPU).unbind()).bind(py)),
+        _ => other_device.as_ref(),
+    };
     let copy = request
         .copy
         .map(|copy| PyBool::new(py, copy).to_owned().into_any());
     let full = Keywords {
-        stream: stream.clone(),
+        stream: stream.as_ref(),
         max_version: Some(max_version(py)),
         dl_device,
-        copy,
+        copy: copy.as_ref(),
     };
     match full.call(object) {
         Ok(capsule) => Ok(capsule),
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
             let legacy = Keywords {
-                stream,
+                stream: stream.as_ref(),
                 max_version: None,
                 dl_device: None,
                 copy: None,
