@@ -14,11 +14,12 @@
 //! with a zero byte offset, explicit strides, the flags the descriptor carries, and the newest
 //! minor version this library speaks ([`crate::export::claimed_minor`]).
 
+use crate::described::dl_tensor_of;
 use crate::error::Result;
 use crate::export::{claimed_minor, flags};
 use crate::imported::{Imported, ImportedTensor, ManagedTensor};
 use dlpark::Managed;
-use dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use std::mem::{MaybeUninit, offset_of};
 
 /// Disposes of the producer's tensor when the forwarded one is released (dropping it runs the
@@ -81,15 +82,7 @@ pub fn forward_versioned(
             manager_ctx: imported.cast(),
             deleter: Some(delete_forwarded),
             flags: flags(descriptor),
-            dl_tensor: DLTensor {
-                data: descriptor.first_element() as *mut std::ffi::c_void,
-                device: descriptor.device().to_dlpack(),
-                ndim: descriptor.ndim() as i32,
-                dtype: descriptor.element().to_dlpack(),
-                shape: descriptor.shape().as_ptr().cast_mut(),
-                strides: descriptor.strides().as_ptr().cast_mut(),
-                byte_offset: 0,
-            },
+            dl_tensor: dl_tensor_of(descriptor),
         };
         (*imported).forwarding = Slot {
             header: MaybeUninit::new(header),

@@ -6,7 +6,8 @@
 //! - [`layout`]: how any shape and strides become a zero-copy Julia array, or why not;
 //! - [`copy`]: a fresh column-major copy when a view is impossible or a copy is asked for;
 //! - [`export`]: a managed tensor over memory owned elsewhere; [`forward`]: an imported tensor
-//!   handed on with a deleter of ours, its metadata not copied;
+//!   handed on with a deleter of ours, its metadata not copied; [`described`]: an export whose
+//!   owner keeps the descriptor, its metadata not copied either;
 //! - [`stream`]: DLPack's stream values, typed; [`cuda`]: pointer checks, stream ordering by
 //!   events, stream descriptions and device → host copies, on a driver loaded at run time.
 //!
@@ -14,6 +15,7 @@
 
 pub mod copy;
 pub mod cuda;
+pub mod described;
 pub mod descriptor;
 pub mod device;
 pub mod dims;

@@ -109,24 +109,28 @@ unsafe fn call<'py>(
     // SAFETY: a live object for the call (contract).
     let receiver = unsafe { Bound::from_borrowed_ptr(py, slf) };
     let exporter = receiver.cast::<Exporter>()?.get();
-    let mut values: [Option<Bound<'py, PyAny>>; KEYWORDS.len()] = Default::default();
+    // Borrowed, not owned: the caller keeps every argument alive for the call.
+    let mut values: [Option<Borrowed<'_, 'py, PyAny>>; KEYWORDS.len()] = Default::default();
     if !kwnames.is_null() {
         // SAFETY: a live tuple of names for the call (contract).
         let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) }.cast_into::<PyTuple>()?;
         let slots = slots_of(&names)?;
-        for (position, &slot) in slots.iter().take(names.len()).enumerate() {
+        // `Py_SIZE`, inline: in abi3 mode `len()` is a call into Python.
+        // SAFETY: a live tuple, whose header Python lays out as a PyVarObject.
+        let count = unsafe { ffi::Py_SIZE(kwnames) } as usize;
+        for (position, &slot) in slots.iter().take(count).enumerate() {
             // SAFETY: `args` holds `nargs` (0) positional values, then one value per name.
             let value = unsafe { *args.add(position) };
             // SAFETY: a live object for the call.
-            values[usize::from(slot)] = Some(unsafe { Bound::from_borrowed_ptr(py, value) });
+            values[usize::from(slot)] = Some(unsafe { Borrowed::from_ptr(py, value) });
         }
     }
     let [stream, max_version, dl_device, copy] = &values;
     let request = ExportRequest {
-        stream: stream_from_python(stream.as_ref())?,
-        version: version_of(max_version.as_ref())?,
-        device: device_from_python(dl_device.as_ref())?,
-        copy: copy_from_python(copy.as_ref())?,
+        stream: stream_from_python(stream.as_deref())?,
+        version: version_of(max_version.as_deref())?,
+        device: device_from_python(dl_device.as_deref())?,
+        copy: copy_from_python(copy.as_deref())?,
     };
     Ok(exporter.dlpack(py, &request)?.into_any())
 }

@@ -16,11 +16,10 @@ use crate::roots::JuliaRoot;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
+use rsdlpack::described::{DescribingOwner, export_legacy_described, export_versioned_described};
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
-use rsdlpack::export::{export_legacy, export_versioned};
 use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, TensorDescriptor};
-use std::ops::Deref;
 use std::sync::Arc;
 
 /// The tensor behind an exporter, and what keeps its memory alive.
@@ -54,26 +53,29 @@ impl Source {
     }
 }
 
-/// What a capsule's managed tensor owns: the shared source, or a private copy of it.
+/// What a capsule's managed tensor owns, with the descriptor it restates: the header reads
+/// that descriptor in place (see [`rsdlpack::described`]). Memory owners are held for their
+/// drop.
 enum CapsuleOwner {
-    Shared(#[allow(dead_code)] Arc<Source>),
-    Copy(#[allow(dead_code)] AlignedBuffer),
-    HostCopy(#[allow(dead_code)] Box<rsdlpack::cuda::to_host::HostCopy>),
+    /// The source itself, restated as it is.
+    Shared(Arc<Source>),
+    /// The source, restated otherwise (IS_COPIED cleared).
+    Restated(#[allow(dead_code)] Arc<Source>, Box<TensorDescriptor>),
+    /// A private host copy of the source.
+    Copy(#[allow(dead_code)] AlignedBuffer, Box<TensorDescriptor>),
+    /// A private host copy of device memory, its descriptor inside.
+    HostCopy(Box<rsdlpack::cuda::to_host::HostCopy>),
 }
 
-/// The descriptor one export restates: the source's own, or a new one boxed (a descriptor is
-/// large, and a by-value one would be copied at every step on the way to the capsule).
-enum Spec<'a> {
-    Source(&'a TensorDescriptor),
-    New(Box<TensorDescriptor>),
-}
-
-impl Deref for Spec<'_> {
-    type Target = TensorDescriptor;
-    fn deref(&self) -> &TensorDescriptor {
+// SAFETY: every descriptor answered lives behind an `Arc` or a `Box` the owner holds (the
+// source's own is boxed in its `ImportedTensor` or beside its Julia root), and nothing
+// changes a descriptor once built: it stays put and unchanged however the owner moves.
+unsafe impl DescribingOwner for CapsuleOwner {
+    fn descriptor(&self) -> &TensorDescriptor {
         match self {
-            Self::Source(descriptor) => descriptor,
-            Self::New(descriptor) => descriptor,
+            Self::Shared(source) => source.descriptor(),
+            Self::Restated(_, descriptor) | Self::Copy(_, descriptor) => descriptor,
+            Self::HostCopy(host) => &host.descriptor,
         }
     }
 }
@@ -128,13 +130,12 @@ impl Exporter {
         request: &ExportRequest,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
         let plan = plan_export(&self.facts(), request)?;
-        let (spec, owner) = self.carry_out(plan.memory)?;
+        let owner = self.carry_out(plan.memory)?;
         match plan.capsule {
             Capsule::Versioned { minor } => {
-                let tensor = export_versioned(&spec, owner, minor)?;
-                into_capsule(py, tensor)
+                into_capsule(py, export_versioned_described(owner, minor)?)
             }
-            Capsule::Legacy => into_capsule(py, export_legacy(&spec, owner)?),
+            Capsule::Legacy => into_capsule(py, export_legacy_described(owner)?),
         }
     }
 
@@ -170,9 +171,8 @@ impl Exporter {
             copy: None,
         };
         let plan = plan_export(&self.facts(), &request)?;
-        let (spec, owner) = self.carry_out(plan.memory)?;
-        Ok(export_versioned(
-            &spec,
+        let owner = self.carry_out(plan.memory)?;
+        Ok(export_versioned_described(
             owner,
             DLPackVersion::CURRENT.minor,
         )?)
@@ -191,9 +191,9 @@ impl Exporter {
         Ok(unsafe { rsdlpack::cuda::order::order_streams(descriptor.device().id, producer, 1) }?)
     }
 
-    /// The spec and owner of one export, as [`plan_export`] decided: the source itself (its
-    /// consumer's stream ordered after the producer's, for CUDA memory), or a host copy.
-    fn carry_out(&self, memory: Memory) -> BridgeResult<(Spec<'_>, CapsuleOwner)> {
+    /// The owner of one export, as [`plan_export`] decided: the source itself (its consumer's
+    /// stream ordered after the producer's, for CUDA memory), or a host copy.
+    fn carry_out(&self, memory: Memory) -> BridgeResult<CapsuleOwner> {
         let descriptor = self.descriptor();
         // For device memory: the stream its producer wrote it on (legacy default if unnamed).
         let producer = self.source.stream.unwrap_or(1);
@@ -222,28 +222,27 @@ impl Exporter {
                 // racing writer yields a mix of old and new values, never invalid ones.
                 let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
                 let spec = Box::new(descriptor.copied_at(buffer.as_ptr() as usize));
-                Ok((Spec::New(spec), CapsuleOwner::Copy(buffer)))
+                Ok(CapsuleOwner::Copy(buffer, spec))
             }
             Memory::DeviceToHost => {
                 // SAFETY: `producer` as above.
                 let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
-                let spec = Box::new(host.descriptor);
-                Ok((Spec::New(spec), CapsuleOwner::HostCopy(Box::new(host))))
+                Ok(CapsuleOwner::HostCopy(Box::new(host)))
             }
         }
     }
 
     /// A capsule over the source itself. Several capsules share the memory, so none may claim
     /// IS_COPIED (a private copy), whatever the source said.
-    fn shared(&self) -> (Spec<'_>, CapsuleOwner) {
-        let source = self.descriptor();
+    fn shared(&self) -> CapsuleOwner {
+        let source = Arc::clone(&self.source);
         // The source's own unless the flag must change: this is every zero-copy export.
-        let spec = if source.is_copied() {
-            Spec::New(Box::new(source.with_is_copied(false)))
+        if self.descriptor().is_copied() {
+            let restated = Box::new(self.descriptor().with_is_copied(false));
+            CapsuleOwner::Restated(source, restated)
         } else {
-            Spec::Source(source)
-        };
-        (spec, CapsuleOwner::Shared(Arc::clone(&self.source)))
+            CapsuleOwner::Shared(source)
+        }
     }
 }
 
