@@ -331,10 +331,10 @@ pub unsafe extern "C" fn rsdlpack_py_share(
             ));
         }
         // SAFETY: readable (checked non-null; caller's contract).
-        let array = unsafe { *array };
+        let array = unsafe { &*array };
         let root = JuliaRoot(array.root_id);
         // SAFETY: forwarded from this entry point's contract.
-        let spec = unsafe { spec_of(&array) }?;
+        let spec = unsafe { spec_of(array) }?;
         let stream = (array.stream != 0).then_some(array.stream);
         let exporter = with_python(|py| {
             Py::new(py, Exporter::of_julia_array(spec, root, stream))
@@ -370,6 +370,9 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
             "rsdlpack_py_share: dims and strides must not be null".into(),
         ));
     }
+    // Julia's `Int`s are read in place as the `usize` dims and `isize` strides the core takes:
+    // the same 64 bits, and a non-negative `i64` means the same as a `usize`.
+    const _: () = assert!(size_of::<usize>() == size_of::<i64>());
     let read = |at: *const i64| -> &[i64] {
         if ndims == 0 {
             &[]
@@ -378,13 +381,20 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
             unsafe { std::slice::from_raw_parts(at, ndims) }
         }
     };
-    let dims: rsdlpack::DimVec<usize> = read(array.dims)
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<Result<_, _>>()
-        .map_err(|_| BridgeError::Argument("rsdlpack_py_share: a dim is negative".into()))?;
-    let strides: rsdlpack::DimVec<isize> =
-        read(array.strides).iter().map(|&s| s as isize).collect();
+    let (dims, strides) = (read(array.dims), read(array.strides));
+    if dims.iter().fold(false, |negative, &d| negative | (d < 0)) {
+        return Err(BridgeError::Argument(
+            "rsdlpack_py_share: a dim is negative".into(),
+        ));
+    }
+    // SAFETY: `usize` and `isize` have the size and alignment of `i64` (asserted above), every
+    // bit pattern is valid for both, and the dims are non-negative (checked above).
+    let (dims, strides) = unsafe {
+        (
+            std::slice::from_raw_parts(dims.as_ptr().cast::<usize>(), ndims),
+            std::slice::from_raw_parts(strides.as_ptr().cast::<isize>(), ndims),
+        )
+    };
     let order = index_order(array.order)?;
     let device = Device::from_dlpack(DLDevice {
         device_type: DLDeviceType(array.device_type),
@@ -394,8 +404,8 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
         array.address,
         device,
         element,
-        &dims,
-        &strides,
+        dims,
+        strides,
         order,
     )?;
     described.set_read_only(array.read_only != 0);
