@@ -26,6 +26,7 @@ pub unsafe trait DescribingOwner: Send + 'static {
 }
 
 /// The tensor part of a header restating `descriptor`, its shape and strides pointing into it.
+#[inline]
 pub(crate) fn dl_tensor_of(descriptor: &TensorDescriptor) -> DLTensor {
     DLTensor {
         data: descriptor.first_element() as *mut std::ffi::c_void,

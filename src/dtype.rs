@@ -60,9 +60,30 @@ impl ElementType {
     ];
 
     /// Reads a DLPack dtype. `subbyte_padded` is the `IS_SUBBYTE_TYPE_PADDED` flag.
+    // Inlined, with the decoding behind an `Option` (returned in a register): a `Result` with
+    // an `Error` inside is returned through memory, and its reload stalled every import
+    // (store-to-load forwarding, in `validate_into`'s profile).
+    #[inline]
     pub fn from_dlpack(dtype: DLDataType, subbyte_padded: bool) -> Result<Self> {
+        match Self::decode(dtype, subbyte_padded) {
+            Some(element) => Ok(element),
+            None => Err(Self::refusal(dtype)),
+        }
+    }
+
+    #[cold]
+    fn refusal(dtype: DLDataType) -> Error {
         if dtype.lanes != 1 {
-            return Err(Error::VectorDtype { dtype });
+            Error::VectorDtype { dtype }
+        } else {
+            Error::UnsupportedDtype { dtype }
+        }
+    }
+
+    /// The element type of `dtype`, or `None` for what [`Self::refusal`] explains.
+    fn decode(dtype: DLDataType, subbyte_padded: bool) -> Option<Self> {
+        if dtype.lanes != 1 {
+            return None;
         }
         let code = dtype.code;
         let element = match (code, dtype.bits) {
@@ -89,9 +110,9 @@ impl ElementType {
                     Self::PackedBits { code: c.0, bits }
                 }
             }
-            _ => return Err(Error::UnsupportedDtype { dtype }),
+            _ => return None,
         };
-        Ok(element)
+        Some(element)
     }
 
     /// The DLPack dtype this element type is exported as.
