@@ -10,6 +10,11 @@ use crate::error::{Error, Result};
 use dlpark::Managed;
 use dlpark::dlpack::FromRawError;
 use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+// `into_raw` promises this alignment.
+const _: () = assert!(align_of::<Imported>() >= 8);
 
 /// A managed tensor in either DLPack ABI. Dropping it calls the producer's deleter.
 pub enum ManagedTensor {
@@ -126,6 +131,19 @@ impl ImportedTensor {
     /// Gives up the descriptor and returns the still-owned managed tensor.
     pub fn into_managed(self) -> ManagedTensor {
         self.0.managed
+    }
+
+    /// The tensor as one pointer to its allocation (aligned to at least 8 bytes), for handles
+    /// that cross an FFI boundary. [`Self::from_raw`] takes it back.
+    pub fn into_raw(self) -> NonNull<c_void> {
+        NonNull::from(Box::leak(self.0)).cast()
+    }
+
+    /// # Safety
+    /// `raw` must come from [`Self::into_raw`] and not have been taken back before.
+    pub unsafe fn from_raw(raw: NonNull<c_void>) -> Self {
+        // SAFETY: an allocation `into_raw` leaked, handed back once (this function's contract).
+        Self(unsafe { Box::from_raw(raw.as_ptr().cast::<Imported>()) })
     }
 
     /// The allocation itself, for [`crate::forward`].

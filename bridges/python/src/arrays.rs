@@ -124,18 +124,40 @@ pub struct RsdlImportResult {
 }
 
 /// An imported tensor the caller holds through a handle: its producer's memory and the index
-/// order it was planned in (which a copy needs).
+/// order it was planned in (which a copy needs). The handle is the tensor's own allocation
+/// ([`ImportedTensor::into_raw`], 8-aligned) with the order in the address's lowest bit, so
+/// that holding a tensor allocates nothing more.
 struct Held {
     tensor: ImportedTensor,
     order: IndexOrder,
 }
 
 impl Held {
+    const REVERSED: usize = 1;
+
+    fn into_handle(self) -> *mut std::ffi::c_void {
+        let tag = match self.order {
+            IndexOrder::Producer => 0,
+            IndexOrder::Reversed => Self::REVERSED,
+        };
+        self.tensor
+            .into_raw()
+            .as_ptr()
+            .map_addr(|address| address | tag)
+    }
+
     /// # Safety
-    /// `handle` must come from [`rsdlpack_py_import_plan`] and not have been consumed.
-    unsafe fn take(handle: *mut std::ffi::c_void) -> Option<Box<Self>> {
-        // SAFETY: the caller's contract: an unconsumed handle made by `Box::into_raw`.
-        (!handle.is_null()).then(|| unsafe { Box::from_raw(handle.cast::<Self>()) })
+    /// `handle` must come from [`Self::into_handle`] (through [`rsdlpack_py_import_plan`]) and
+    /// not have been consumed.
+    unsafe fn take(handle: *mut std::ffi::c_void) -> Option<Self> {
+        let order = match handle.addr() & Self::REVERSED {
+            0 => IndexOrder::Producer,
+            _ => IndexOrder::Reversed,
+        };
+        let raw = std::ptr::NonNull::new(handle.map_addr(|address| address & !Self::REVERSED))?;
+        // SAFETY: the caller's contract: an unconsumed handle, i.e. `into_raw`'s pointer.
+        let tensor = unsafe { ImportedTensor::from_raw(raw) };
+        Some(Self { tensor, order })
     }
 }
 
@@ -187,11 +209,11 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan(
             let decision = decide(tensor.descriptor(), &request, &mut out.plan)?;
             out.released_roots = roots::released_count() as u64;
             if decision != Decision::Empty {
-                let held = Box::new(Held {
+                let held = Held {
                     tensor,
                     order: request.order,
-                });
-                out.plan.tensor = Box::into_raw(held).cast();
+                };
+                out.plan.tensor = held.into_handle();
             }
             Ok(())
         })
@@ -219,7 +241,7 @@ pub unsafe extern "C" fn rsdlpack_imported_copy_into(
         let held = unsafe { Held::take(handle) }.ok_or_else(|| {
             BridgeError::Argument("rsdlpack_imported_copy_into: the handle is null".into())
         })?;
-        let Held { tensor, order } = *held;
+        let Held { tensor, order } = held;
         let copied = if address.is_null() && bytes != 0 {
             Err(BridgeError::Argument(
                 "rsdlpack_imported_copy_into: the destination is null".into(),
