@@ -80,15 +80,21 @@ impl Device {
     /// number: the border's check for callers that have not opted in to unknown device types.
     /// Known device types other than CPU and CUDA pass: they are valid DLPack, refused later
     /// (and with a different message) only where memory would be read.
+    #[inline]
     pub fn check_known(self) -> Result<()> {
-        let dl = self.to_dlpack();
-        if DeviceKind::is_known_device_type(dl.device_type.0) {
-            return Ok(());
+        match DeviceKind::is_known_device_type(self.to_dlpack().device_type.0) {
+            true => Ok(()),
+            false => Err(self.unknown()),
         }
-        Err(Error::UnknownDeviceType {
+    }
+
+    #[cold]
+    fn unknown(self) -> Error {
+        let dl = self.to_dlpack();
+        Error::UnknownDeviceType {
             device_type: dl.device_type.0,
             device_id: dl.device_id,
-        })
+        }
     }
 
     pub fn to_dlpack(self) -> DLDevice {

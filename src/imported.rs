@@ -57,6 +57,7 @@ impl ManagedTensor {
     /// Validates the metadata into `descriptor` (where it already lies: see
     /// [`TensorDescriptor::validate_into`]). The tensor stays owned by `self` whatever the
     /// outcome.
+    #[inline]
     fn describe_into(&self, descriptor: &mut TensorDescriptor) -> Result<()> {
         match self {
             // SAFETY: a `Managed` owns its tensor, whose metadata the producer keeps readable and

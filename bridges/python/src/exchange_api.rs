@@ -281,6 +281,8 @@ static CACHE: Mutex<TypeCache> = Mutex::new(TypeCache {
 ///
 /// The cache's lock is never held while Python code runs (the attribute lookup may run a
 /// metaclass's code, which may import tensors itself).
+// Inlined: the thread's last answer is the common case.
+#[inline]
 pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
     let raw = object.get_type_ptr();
     // The thread's last answer, valid while no entry was evicted since (an evicted type may be
@@ -292,6 +294,15 @@ pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
     {
         return Ok(info);
     }
+    type_info_from_cache(object, raw, generation)
+}
+
+/// [`type_info`] past the thread's last answer: the shared cache, else the type itself.
+fn type_info_from_cache(
+    object: &Bound<'_, PyAny>,
+    raw: *mut pyo3::ffi::PyTypeObject,
+    generation: usize,
+) -> BridgeResult<TypeInfo> {
     {
         // A poisoned lock only means a panic elsewhere mid-update; the slots stay consistent.
         let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());

@@ -163,6 +163,8 @@ fn type_name(object: &Bound<'_, PyAny>) -> String {
 
 /// What the producer could not be asked (or ignored) is checked on the result; on error the
 /// caller drops the tensor, so its deleter runs. `source` names the producer in messages.
+// Inlined: on success it is a few comparisons, and its `Result` would come back through memory.
+#[inline]
 fn check_result(
     tensor: &ImportedTensor,
     source: impl FnOnce() -> String,

@@ -86,7 +86,16 @@ pub fn classify(ty: &Bound<'_, PyType>) -> BridgeResult<TorchKind> {
 }
 
 /// Refuses a torch tensor whose meaning DLPack cannot carry (see the module docs).
+// Inlined: every import asks, and for anything but torch the answer is a comparison.
+#[inline]
 pub fn check(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
+    match kind {
+        TorchKind::NotTorch => Ok(()),
+        _ => check_torch(object, kind),
+    }
+}
+
+fn check_torch(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
     let py = object.py();
     let read = |err: PyErr| {
         BridgeError::producer(format!("reading the flags of {}", type_name(object)), err)
