@@ -67,8 +67,19 @@ impl<T: Copy + Default> DimVec<T> {
         if values.len() > free.len() {
             return None;
         }
-        for (slot, &value) in free.iter_mut().zip(values) {
-            *slot = MaybeUninit::new(value);
+        // Most tensors have a few dims: copied by a loop of unknown length, they went through a
+        // call to `memcpy`, which costs more than moving two values (seen in the import's
+        // profile from C). Short lists are copied at a length known here instead.
+        match values.len() {
+            1 => copy_exact::<T, 1>(free, values),
+            2 => copy_exact::<T, 2>(free, values),
+            3 => copy_exact::<T, 3>(free, values),
+            4 => copy_exact::<T, 4>(free, values),
+            _ => {
+                for (slot, &value) in free.iter_mut().zip(values) {
+                    *slot = MaybeUninit::new(value);
+                }
+            }
         }
         self.len += values.len() as u8;
         Some(())
@@ -167,6 +178,18 @@ impl<T: Copy + Default> FromIterator<T> for DimVec<T> {
             dims.push(value);
         }
         dims
+    }
+}
+
+/// Copies `values`, which holds exactly `N` entries, into the first `N` slots of `free`.
+#[inline(always)]
+fn copy_exact<T: Copy, const N: usize>(free: &mut [MaybeUninit<T>], values: &[T]) {
+    let (Ok(values), Some(slots)) = (<&[T; N]>::try_from(values), free.first_chunk_mut::<N>())
+    else {
+        unreachable!("callers pass exactly N values and at least N free slots");
+    };
+    for (slot, &value) in slots.iter_mut().zip(values) {
+        *slot = MaybeUninit::new(value);
     }
 }
 

@@ -51,6 +51,8 @@ pub struct RsdlPlanOptions {
 }
 
 impl RsdlPlanOptions {
+    // Inlined, as `RsdlImportOptions::parse`: its `Result` would come back through memory.
+    #[inline]
     fn parse(&self) -> BridgeResult<ArrayRequest> {
         let bad = |what: &str, value: i64| {
             BridgeError::Argument(format!("plan options: {what} cannot be {value}"))
