@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds in release and prints, in one run, every ratio the benchmarks record: validate + plan
 # per layout, copies against memcpy (1 KiB and 1 GiB, 1 and 2 threads), imports against
-# np.from_dlpack and the producer's own __dlpack__ call, the export round trip. Writes the
-# import rows to target/bench/import.csv and plots them to benches/import_overhead.png.
+# np.from_dlpack and the producer's own __dlpack__ call, the export round trip — in process
+# (the Rust bench, every size) and as shipped (librsdlpack_python.so called from a C program
+# that embeds the venv's CPython, as Julia's ccall calls it). Writes the in-process import rows
+# to target/bench/import.csv and plots them to benches/import_overhead.png.
 # Benchmarks are never timed tests: CI builds them (clippy --all-targets) but asserts no time.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -17,3 +19,16 @@ echo "== Python bridge against NumPy: cargo bench -p rsdlpack-python --features 
 RSDLPACK_BENCH_CSV="$ROOT/target/bench/import.csv" \
     cargo bench --quiet -p rsdlpack-python --features embed --bench exchange
 "$VENV/bin/python" scripts/plot_import.py target/bench/import.csv benches/import_overhead.png
+echo
+echo "== Python bridge as shipped, called from C: bridges/python/benches/shipped.c"
+build_python_bridge
+read -r include libdir ldversion shared <<<"$("$VENV/bin/python" -c 'import sysconfig as s
+print(s.get_config_var("INCLUDEPY"), s.get_config_var("LIBDIR"), s.get_config_var("LDVERSION"),
+      s.get_config_var("Py_ENABLE_SHARED"))')"
+if [ "$shared" = "1" ] && command -v cc >/dev/null; then
+    cc -O2 -std=c11 -D_GNU_SOURCE -I include -I "$include" bridges/python/benches/shipped.c \
+        -L "$libdir" -Wl,-rpath,"$libdir" "-lpython$ldversion" -ldl -o target/bench/shipped
+    target/bench/shipped "$RSDLPACK_PYTHON_LIB"
+else
+    echo "NOT RUN: needs a C compiler and a CPython built with a shared libpython (Py_ENABLE_SHARED)"
+fi

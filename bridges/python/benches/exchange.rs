@@ -5,7 +5,11 @@
 //!
 //! Every competitor is called from native code, the way Julia's `ccall` or a C program calls
 //! it, and the competitors alternate round by round so that drifts of the machine hit all
-//! alike. Reported per call (median of the rounds):
+//! alike. This bench links the bridge into its own binary, inside pyo3's attach: the compiler
+//! inlines it differently from the shipped library, and the GIL check of each entry point is
+//! skipped, so it reads lower than the library as callers load it. `shipped.c` (beside this
+//! file, run by `scripts/bench.sh`) times the shipped `librsdlpack_python.so` from C; this one
+//! covers every size and is the one to profile. Reported per call (median of the rounds):
 //! - import of a NumPy float32 array: `np.from_dlpack(a)`, and ours (`rsdlpack_py_import` +
 //!   `rsdlpack_tensor_release`) without options and with `dl_device=(CPU, 0)` (what
 //!   `from_dlpack(Array, …)` passes), each beside its floor: the producer's own
