@@ -256,7 +256,11 @@ mod tests {
     #[test]
     fn every_named_type_round_trips_through_dlpack_and_code() {
         for (index, element) in ElementType::NAMED.into_iter().enumerate() {
-            assert_eq!(element.code() as usize, index, "{element:?}: code is its NAMED index");
+            assert_eq!(
+                element.code() as usize,
+                index,
+                "{element:?}: code is its NAMED index"
+            );
             let back = ElementType::from_dlpack(element.to_dlpack(), false).unwrap();
             assert_eq!(back, element);
             assert_eq!(ElementType::from_code(element.code()), Some(element));
