@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn the_header_restates_the_descriptor() {
         let (tensor, count) = imported(&[2, 3, 4], &[1, 2, 6]);
-        let expected = tensor.descriptor().clone();
+        let expected = *tensor.descriptor();
         let forwarded = forward_versioned(tensor, drop).unwrap();
         let raw = forwarded.into_raw();
         // SAFETY: `raw` is the header just made, owned here until its deleter runs.
