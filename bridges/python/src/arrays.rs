@@ -468,3 +468,45 @@ pub extern "C" fn rsdlpack_struct_size(which: u32) -> usize {
         _ => 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsdlpack::{Device, ManagedTensor};
+
+    fn held_tensor(data: &'static [f32; 6]) -> ImportedTensor {
+        let spec = TensorDescriptor::compact(
+            data.as_ptr() as usize,
+            Device::CPU,
+            ElementType::Float32,
+            &[2, 3],
+            true,
+        )
+        .unwrap();
+        let managed = rsdlpack::export::export_versioned(&spec, (), 3).unwrap();
+        ImportedTensor::new(ManagedTensor::Versioned(managed)).unwrap()
+    }
+
+    #[test]
+    fn a_handle_gives_back_its_tensor_and_index_order() {
+        static DATA: [f32; 6] = [0.0; 6];
+        for order in [IndexOrder::Producer, IndexOrder::Reversed] {
+            let handle = Held {
+                tensor: held_tensor(&DATA),
+                order,
+            }
+            .into_handle();
+            assert!(!handle.is_null());
+            // SAFETY: the handle was just made and is taken once.
+            let held = unsafe { Held::take(handle) }.expect("a non-null handle");
+            assert_eq!(held.order, order);
+            assert_eq!(held.tensor.descriptor().shape(), [2, 3]);
+            assert_eq!(
+                held.tensor.descriptor().first_element(),
+                DATA.as_ptr() as usize
+            );
+        }
+        // SAFETY: null is no handle.
+        assert!(unsafe { Held::take(std::ptr::null_mut()) }.is_none());
+    }
+}
