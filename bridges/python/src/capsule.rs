@@ -27,35 +27,25 @@ pub fn is_capsule(object: &Bound<'_, PyAny>) -> bool {
 /// Takes ownership of the tensor inside a DLPack capsule and marks the capsule used.
 pub fn consume(capsule: &Bound<'_, PyAny>) -> BridgeResult<ManagedTensor> {
     let raw = capsule.as_ptr();
-    // The common case with one name comparison: GetPointer compares the name itself, where
-    // `IsValid` first and `GetPointer` then made two `strcmp`s per import.
-    // SAFETY: `raw` is a live object (borrowed from `capsule`); for anything but a capsule
-    // named "dltensor_versioned" GetPointer answers null with an exception set.
-    let versioned = unsafe { ffi::PyCapsule_GetPointer(raw, VERSIONED.as_ptr()) };
-    let (name, used, pointer) = if !versioned.is_null() {
-        (VERSIONED, USED_VERSIONED, versioned)
-    } else {
-        // SAFETY: the GIL is held; the exception is GetPointer's own (no other was pending:
-        // the caller just got this object from a successful call, or was handed it).
-        unsafe { ffi::PyErr_Clear() };
-        let is_named = |name: &CStr| {
-            // SAFETY: `raw` is live; IsValid never raises and answers false for non-capsules
-            // and other names.
-            unsafe { ffi::PyCapsule_IsValid(raw, name.as_ptr()) == 1 }
-        };
-        if is_named(LEGACY) {
-            // SAFETY: the capsule is valid under LEGACY (checked), so GetPointer returns its
-            // non-null pointer without raising.
-            let pointer = unsafe { ffi::PyCapsule_GetPointer(raw, LEGACY.as_ptr()) };
-            (LEGACY, USED_LEGACY, pointer)
-        } else if is_named(USED_VERSIONED) || is_named(USED_LEGACY) {
-            return Err(BridgeError::ConsumedCapsule);
-        } else {
-            return Err(BridgeError::Argument(format!(
-                "{capsule} is not a DLPack capsule (expected the name \"dltensor_versioned\" or \"dltensor\")"
-            )));
-        }
+    let is_named = |name: &CStr| {
+        // SAFETY: `raw` is a live object (borrowed from `capsule`); IsValid never raises and
+        // answers false for non-capsules and other names.
+        unsafe { ffi::PyCapsule_IsValid(raw, name.as_ptr()) == 1 }
     };
+    let (name, used) = if is_named(VERSIONED) {
+        (VERSIONED, USED_VERSIONED)
+    } else if is_named(LEGACY) {
+        (LEGACY, USED_LEGACY)
+    } else if is_named(USED_VERSIONED) || is_named(USED_LEGACY) {
+        return Err(BridgeError::ConsumedCapsule);
+    } else {
+        return Err(BridgeError::Argument(format!(
+            "{capsule} is not a DLPack capsule (expected the name \"dltensor_versioned\" or \"dltensor\")"
+        )));
+    };
+    // SAFETY: the capsule is valid under `name` (checked above), so GetPointer returns its
+    // non-null pointer without raising.
+    let pointer = unsafe { ffi::PyCapsule_GetPointer(raw, name.as_ptr()) };
     // Rename before taking ownership: should renaming fail, the producer still owns the tensor.
     // SAFETY: `used` is a 'static C string, as capsule names must outlive the capsule.
     if unsafe { ffi::PyCapsule_SetName(raw, used.as_ptr()) } != 0 {
