@@ -20,7 +20,6 @@
 use crate::descriptor::TensorDescriptor;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
-use crate::imported::{ImportedTensor, ManagedTensor};
 use dlpark::allocation::Initialized;
 use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
 use dlpark::metadata::Dynamic;
@@ -140,21 +139,6 @@ pub fn export_versioned<O: Send + 'static>(
     // SAFETY: data lives as long as `owner`, which the tensor owns; shape and strides live in
     // the tensor's own allocation and restate a descriptor, whose invariants make it valid.
     Ok(unsafe { initialized.finish() })
-}
-
-/// [`export_versioned`] at the current version, kept with its descriptor as an owned tensor
-/// (for exporters that hold what they hand out): the managed tensor restates `descriptor`, so
-/// it is not validated again.
-pub fn export_owned<O: Send + 'static>(
-    descriptor: &TensorDescriptor,
-    owner: O,
-) -> Result<ImportedTensor> {
-    let managed = export_versioned(descriptor, owner, DLPackVersion::CURRENT.minor)?;
-    let restated = descriptor.with_version(Some(DLPackVersion::CURRENT));
-    Ok(ImportedTensor::restating(
-        ManagedTensor::Versioned(managed),
-        restated,
-    ))
 }
 
 /// Builds a legacy managed tensor (for consumers that do not ask for a versioned one). A

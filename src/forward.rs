@@ -96,6 +96,19 @@ pub fn forward_versioned(
     Ok(managed.expect("a non-null header at the current major version"))
 }
 
+/// [`forward_versioned`], owned again with its descriptor (for exporters that hold what they
+/// hand out): the forwarded tensor restates the descriptor, so it is not validated again.
+pub fn forward_owned(tensor: ImportedTensor, release: Release) -> Result<ImportedTensor> {
+    let restated = tensor
+        .descriptor()
+        .with_version(Some(DLPackVersion::CURRENT));
+    let forwarded = forward_versioned(tensor, release)?;
+    Ok(ImportedTensor::restating(
+        ManagedTensor::Versioned(forwarded),
+        restated,
+    ))
+}
+
 /// The deleter of a forwarded tensor.
 unsafe extern "C" fn delete_forwarded(header: *mut DLManagedTensorVersioned) {
     if header.is_null() {
@@ -175,6 +188,27 @@ mod tests {
         let forwarded = forward_versioned(tensor, counting).unwrap();
         assert_eq!(RELEASED.load(Ordering::SeqCst), 0);
         drop(forwarded);
+        assert_eq!(RELEASED.load(Ordering::SeqCst), 1);
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn an_owned_forward_restates_its_tensor_and_releases_it_once() {
+        static RELEASED: AtomicUsize = AtomicUsize::new(0);
+        fn counting(tensor: ManagedTensor) {
+            RELEASED.fetch_add(1, Ordering::SeqCst);
+            drop(tensor);
+        }
+        let (tensor, count) = imported(&[4, 5], &[1, 4]);
+        let expected = *tensor.descriptor();
+        let owned = forward_owned(tensor, counting).unwrap();
+        let restated = owned.descriptor();
+        assert_eq!(restated.shape(), expected.shape());
+        assert_eq!(restated.strides(), expected.strides());
+        assert_eq!(restated.first_element(), expected.first_element());
+        assert_eq!(restated.version(), Some(DLPackVersion::CURRENT));
+        assert_eq!(RELEASED.load(Ordering::SeqCst), 0);
+        drop(owned);
         assert_eq!(RELEASED.load(Ordering::SeqCst), 1);
         assert_eq!(CountingOwner::releases(&count), 1);
     }

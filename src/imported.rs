@@ -105,7 +105,7 @@ impl ImportedTensor {
     }
 
     /// `managed` with the descriptor it restates, not validated again: only for tensors this
-    /// crate built from that descriptor ([`crate::export::export_owned`]).
+    /// crate built from that descriptor ([`crate::forward::forward_owned`]).
     pub(crate) fn restating(managed: ManagedTensor, descriptor: TensorDescriptor) -> Self {
         Self(Box::new(Imported {
             forwarding: crate::forward::Slot::EMPTY,
@@ -116,17 +116,6 @@ impl ImportedTensor {
 
     pub fn descriptor(&self) -> &TensorDescriptor {
         &self.0.descriptor
-    }
-
-    /// The still-owned managed tensor and its descriptor, boxed apart (a copy of the
-    /// descriptor: for owners that keep only the descriptor).
-    pub fn into_parts(self) -> (ManagedTensor, Box<TensorDescriptor>) {
-        let Imported {
-            managed,
-            descriptor,
-            ..
-        } = *self.0;
-        (managed, Box::new(descriptor))
     }
 
     /// Gives up the descriptor and returns the still-owned managed tensor.

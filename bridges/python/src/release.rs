@@ -3,19 +3,17 @@
 //! A Python producer's deleter (NumPy's, for instance) takes the GIL. Julia runs finalizers on
 //! whichever thread triggered a collection; if that thread does not hold the GIL while another
 //! thread does (and that thread waits for the first), calling the deleter there deadlocks. So a
-//! [`PythonProduced`] tensor is released at once only on a thread that already holds the GIL;
-//! anywhere else it goes to a queue that the next bridge call holding the GIL drains, or that
-//! [`drain`] empties on request (`rsdlpack_py_flush_releases`).
+//! Python-produced tensor is released at once only on a thread that already holds the GIL
+//! ([`release_here_or_defer`]); anywhere else it goes to a queue that the next bridge call
+//! holding the GIL drains, or that [`drain`] empties on request (`rsdlpack_py_flush_releases`).
 //!
 //! Every tensor the bridge hands out is re-wrapped as a versioned managed tensor whose deleter
-//! releases the producer's this way ([`rewrap`], or [`rewrap_owned`] with a `PythonProduced`
-//! owner), so that consumers of the bridge (the Julia bridge) never see a Python deleter and
-//! need not care about the GIL.
+//! releases the producer's this way ([`rewrap`], [`rewrap_owned`]), so that consumers of the
+//! bridge (the Julia bridge) never see a Python deleter and need not care about the GIL.
 
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
-use rsdlpack::export::export_owned;
-use rsdlpack::forward::forward_versioned;
+use rsdlpack::forward::{forward_owned, forward_versioned};
 use rsdlpack::{ImportedTensor, ManagedTensor};
 use std::os::raw::c_int;
 use std::sync::Mutex;
@@ -45,23 +43,6 @@ pub fn this_thread_holds_the_gil() -> bool {
     }
     // SAFETY: callable from any thread once the interpreter is initialised.
     unsafe { PyGILState_Check() == 1 }
-}
-
-/// An owner for a tensor that Python produced: its deleter runs only under the GIL.
-pub struct PythonProduced(Option<ManagedTensor>);
-
-impl PythonProduced {
-    pub fn new(tensor: ManagedTensor) -> Self {
-        Self(Some(tensor))
-    }
-}
-
-impl Drop for PythonProduced {
-    fn drop(&mut self) {
-        if let Some(tensor) = self.0.take() {
-            release_here_or_defer(tensor);
-        }
-    }
 }
 
 /// Releases `tensor` now when this thread holds the GIL (an explicit release, not a finalizer),
@@ -109,8 +90,7 @@ pub fn pending() -> usize {
 
 /// [`rewrap`], kept with its descriptor (not validated again).
 pub fn rewrap_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor> {
-    let (managed, descriptor) = tensor.into_parts();
-    export_owned(&descriptor, PythonProduced::new(managed))
+    forward_owned(tensor, release_here_or_defer)
 }
 
 /// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
