@@ -135,7 +135,8 @@ mod tests {
     use crate::dtype::ElementType;
     use crate::test_support::{CountingOwner, counted_versioned};
     use dlpark::DlpackFlags;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
 
     fn imported(shape: &[i64], strides: &[i64]) -> (ImportedTensor, std::sync::Arc<AtomicUsize>) {
         let (raw, count) = counted_versioned(shape, strides);
@@ -177,28 +178,33 @@ mod tests {
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 
+    thread_local! {
+        /// Releases counted per thread: each test runs on its own, and drops its tensors there.
+        static RELEASED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// A release that counts, then drops the producer's tensor.
+    fn counting(tensor: ManagedTensor) {
+        RELEASED.set(RELEASED.get() + 1);
+        drop(tensor);
+    }
+
+    fn released() -> usize {
+        RELEASED.get()
+    }
+
     #[test]
     fn the_release_gets_the_producers_tensor_once() {
-        static RELEASED: AtomicUsize = AtomicUsize::new(0);
-        fn counting(tensor: ManagedTensor) {
-            RELEASED.fetch_add(1, Ordering::SeqCst);
-            drop(tensor);
-        }
         let (tensor, count) = imported(&[5], &[1]);
         let forwarded = forward_versioned(tensor, counting).unwrap();
-        assert_eq!(RELEASED.load(Ordering::SeqCst), 0);
+        assert_eq!(released(), 0);
         drop(forwarded);
-        assert_eq!(RELEASED.load(Ordering::SeqCst), 1);
+        assert_eq!(released(), 1);
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 
     #[test]
     fn an_owned_forward_restates_its_tensor_and_releases_it_once() {
-        static RELEASED: AtomicUsize = AtomicUsize::new(0);
-        fn counting(tensor: ManagedTensor) {
-            RELEASED.fetch_add(1, Ordering::SeqCst);
-            drop(tensor);
-        }
         let (tensor, count) = imported(&[4, 5], &[1, 4]);
         let expected = *tensor.descriptor();
         let owned = forward_owned(tensor, counting).unwrap();
@@ -207,9 +213,9 @@ mod tests {
         assert_eq!(restated.strides(), expected.strides());
         assert_eq!(restated.first_element(), expected.first_element());
         assert_eq!(restated.version(), Some(DLPackVersion::CURRENT));
-        assert_eq!(RELEASED.load(Ordering::SeqCst), 0);
+        assert_eq!(released(), 0);
         drop(owned);
-        assert_eq!(RELEASED.load(Ordering::SeqCst), 1);
+        assert_eq!(released(), 1);
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 
