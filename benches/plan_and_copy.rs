@@ -14,6 +14,7 @@
 //! Knobs for profiling one copy: `RSDLPACK_BENCH_CASE` (part of a case name, e.g. `transpose`),
 //! `RSDLPACK_BENCH_SIZE` (`KiB` or `GiB`), `RSDLPACK_BENCH_THREADS` (`1` or `2`),
 //! `RSDLPACK_BENCH_ELEMENT` (`f32`, `f64`, `f16` or `u8`).
+//! `RSDLPACK_BENCH_RUNS` (a number) times that many batches instead, to give a profiler samples.
 //! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
 //! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
 //! memory that stays in cache, so the copies read no DRAM at all.
@@ -187,6 +188,7 @@ fn copies_of(
     }
     let address = source.as_ptr() as usize;
     let (runs, batch) = if bytes > 1 << 20 { (3, 1) } else { (51, 500) };
+    let runs = knob("RSDLPACK_BENCH_RUNS").parse().unwrap_or(runs);
     let cases = [
         (
             "column-major source",

@@ -7,9 +7,10 @@
 //! rayon's threads by runs of the fastest dimension.
 
 use crate::descriptor::TensorDescriptor;
+use crate::dims::DimVec;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
-use crate::layout::{IndexOrder, ordered};
+use crate::layout::IndexOrder;
 use rayon::prelude::*;
 use std::alloc::Layout;
 use std::mem::MaybeUninit;
@@ -217,7 +218,13 @@ pub unsafe fn copy_into(
         unsafe { std::ptr::copy_nonoverlapping(source, out.as_mut_ptr(), out.len()) };
         return Ok(());
     }
-    let (shape, strides) = ordered(descriptor, order);
+    let (shape, strides) = merged_dims(descriptor, order);
+    if shape.is_empty() || (shape.len() == 1 && strides[0] == 1) {
+        // SAFETY: the merged dims say the elements are `out.len()` consecutive bytes from
+        // `source` (function contract), and `out` is ours.
+        unsafe { copy_contiguous(source, out) };
+        return Ok(());
+    }
     let size = descriptor.element().size();
     match Tiles::new(&shape, &strides) {
         // SAFETY: forwarded from this function's contract; `out` holds exactly
@@ -227,6 +234,67 @@ pub unsafe fn copy_into(
         None => unsafe { by_element_size(&Runs::new(&shape, &strides), size, source, out) },
     }
     Ok(())
+}
+
+/// The tensor's dims in `order` without its size-1 dims, each merged into the dim before it
+/// where the source steps through the two as through one (its stride is the previous stride
+/// times the previous extent). The output is dense column-major, so it steps through such a
+/// pair as one too: a column-major source becomes a single dim of stride 1, and a transpose
+/// of several dims the fewest planes. Empty for a one-element tensor.
+fn merged_dims(descriptor: &TensorDescriptor, order: IndexOrder) -> (DimVec<i64>, DimVec<i64>) {
+    let (mut merged_shape, mut merged_strides) = (DimVec::<i64>::new(), DimVec::<i64>::new());
+    let mut merge = |(&n, &s): (&i64, &i64)| {
+        if n == 1 {
+            return;
+        }
+        if let (Some(last_n), Some(&last_s)) = (merged_shape.last_mut(), merged_strides.last()) {
+            // The merged extent is a product of extents, at most the element count.
+            if last_s.checked_mul(*last_n) == Some(s) {
+                *last_n *= n;
+                return;
+            }
+        }
+        merged_shape.push(n);
+        merged_strides.push(s);
+    };
+    let dims = descriptor.shape().iter().zip(descriptor.strides());
+    match order {
+        IndexOrder::Producer => dims.for_each(&mut merge),
+        IndexOrder::Reversed => dims.rev().for_each(&mut merge),
+    }
+    (merged_shape, merged_strides)
+}
+
+/// Copies `out.len()` consecutive bytes from `source`, split across rayon's threads when large.
+///
+/// # Safety
+/// `source` must be readable for `out.len()` bytes, none of them inside `out`.
+unsafe fn copy_contiguous(source: *const u8, out: &mut [u8]) {
+    if out.len() < PARALLEL_THRESHOLD {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { std::ptr::copy_nonoverlapping(source, out.as_mut_ptr(), out.len()) };
+        return;
+    }
+    // One piece per thread: a single long `memcpy` streams its stores past the caches,
+    // short ones do not.
+    let piece = out
+        .len()
+        .div_ceil(rayon::current_num_threads())
+        .next_multiple_of(BUFFER_ALIGN);
+    let source_address = source as usize;
+    out.par_chunks_mut(piece)
+        .enumerate()
+        .for_each(|(k, chunk)| {
+            let source = source_address as *const u8;
+            // SAFETY: bytes `k * piece..` of the source, as many as `chunk` holds (contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    source.add(k * piece),
+                    chunk.as_mut_ptr(),
+                    chunk.len(),
+                )
+            };
+        });
 }
 
 /// A way of copying a strided tensor into a column-major buffer, for elements of `N` bytes.
@@ -299,6 +367,9 @@ const fn tile_shape(n: usize) -> (usize, usize) {
 /// (measured: a 1 GiB transpose ~10% slower with them).
 const STREAM_THRESHOLD: usize = 8 << 20;
 
+/// Outputs of at most this many bytes (the tile's size) are transposed straight into place.
+const DIRECT_THRESHOLD: usize = TILE_BYTES;
+
 /// The local tile, aligned so that its columns start on cache lines.
 #[repr(C, align(64))]
 struct TileBuffer([MaybeUninit<u8>; TILE_BYTES]);
@@ -368,6 +439,9 @@ impl StridedCopy for Tiles<'_> {
         let bands = rows.div_ceil(tile_rows);
         let planes = out.len() / N / (rows * cols);
         let stream = out.len() >= STREAM_THRESHOLD;
+        // An output this small stays in L1 while it is written: the local tile would only
+        // add a second pass.
+        let direct = out.len() <= DIRECT_THRESHOLD;
         // Addresses, not pointers, so that the closure may be shared with rayon's threads.
         let (source_address, out_address) = (source as usize, out.as_mut_ptr() as usize);
         // A task is a band of `tile_rows` rows across all columns: the source is read as
@@ -401,6 +475,20 @@ impl StridedCopy for Tiles<'_> {
                     height,
                     width,
                 };
+                if direct {
+                    let out_first = out_base + col_start * self.out_stride_t + row_start;
+                    // SAFETY: the block's elements are elements the tensor addresses. Its
+                    // element (i, j) goes to output element `out_first + j * out_stride_t + i`,
+                    // a run of dim 0 in column `col_start + j` of this plane, inside `out`,
+                    // written by this task alone (as below).
+                    unsafe {
+                        block.transpose_into::<N>(
+                            out.add(out_first * N).cast::<MaybeUninit<[u8; N]>>(),
+                            self.out_stride_t,
+                        )
+                    };
+                    continue;
+                }
                 // SAFETY: the block's elements are elements the tensor addresses; `tile`
                 // holds `tile_cols` columns of `tile_rows` elements (asserted above), and the
                 // block is at most `tile_rows` × `tile_cols`.
@@ -776,17 +864,44 @@ impl<'a> Runs<'a> {
             run_stride,
         }
     }
+}
 
-    /// Element offset of the start of run number `run` (runs counted first-dim-excluded,
-    /// column-major over the remaining dims).
-    fn run_start(&self, mut run: usize) -> isize {
-        let mut offset = 0isize;
-        for (&n, &s) in self.shape.iter().zip(self.strides).skip(1) {
-            let n = n as usize;
-            offset += (run % n) as isize * s as isize;
+/// Where run number `index` starts (runs counted column-major over the dims after the first),
+/// stepped from run to run without dividing.
+struct RunPosition {
+    /// The run's index along each dim (entry 0 unused).
+    index: DimVec<usize>,
+    /// Element offset of the run's first element.
+    offset: isize,
+}
+
+impl RunPosition {
+    fn at(runs: &Runs, mut run: usize) -> Self {
+        let mut position = Self {
+            index: DimVec::filled(0, runs.shape.len()).expect("validated rank"),
+            offset: 0,
+        };
+        for k in 1..runs.shape.len() {
+            let n = runs.shape[k] as usize;
+            position.index[k] = run % n;
+            position.offset += (run % n) as isize * runs.strides[k] as isize;
             run /= n;
         }
-        offset
+        position
+    }
+
+    /// Moves to the next run (past the last one, back to the first).
+    fn advance(&mut self, runs: &Runs) {
+        for k in 1..runs.shape.len() {
+            let (n, s) = (runs.shape[k] as usize, runs.strides[k] as isize);
+            self.offset += s;
+            self.index[k] += 1;
+            if self.index[k] < n {
+                return;
+            }
+            self.offset -= s * n as isize;
+            self.index[k] = 0;
+        }
     }
 }
 
@@ -797,8 +912,10 @@ impl StridedCopy for Runs<'_> {
         let source_address = source as usize;
         let copy_runs = |first_run: usize, chunk: &mut [u8]| {
             let source = source_address as *const u8;
-            for (i, run_out) in chunk.chunks_exact_mut(run_bytes).enumerate() {
-                let start = self.run_start(first_run + i);
+            let mut position = RunPosition::at(self, first_run);
+            for run_out in chunk.chunks_exact_mut(run_bytes) {
+                let start = position.offset;
+                position.advance(self);
                 if self.run_stride == 1 {
                     // SAFETY: a run of `run_len` consecutive elements the tensor addresses
                     // (function contract), disjoint from `out`, which we own.
@@ -832,6 +949,7 @@ impl StridedCopy for Runs<'_> {
 mod tests {
     use super::*;
     use crate::device::Device;
+    use crate::layout::ordered;
     use crate::test_support::host_descriptor as descriptor;
     use proptest::prelude::*;
 
@@ -883,21 +1001,89 @@ mod tests {
     fn large_copies_take_the_parallel_path_and_stay_exact() {
         let rows = 1024i64;
         let cols = 600i64;
-        let source: Vec<u32> = (0..(rows * cols) as u32).collect();
-        // A transposed view of a row-major rows×cols matrix.
+        // A transposed view of a row-major rows×cols matrix whose rows are padded to
+        // `cols + 3` elements: runs of `cols` elements that do not merge into one.
+        let source: Vec<u32> = (0..(rows * (cols + 3)) as u32).collect();
+        let (shape, strides) = ([cols, rows], [1, cols + 3]);
         let d = descriptor(
             source.as_ptr() as usize,
-            &[cols, rows],
-            &[1, cols],
+            &shape,
+            &strides,
             ElementType::UInt32,
         );
-        // SAFETY: the view addresses exactly `source`.
+        assert_eq!(merged_dims(&d, IndexOrder::Producer).0, shape);
+        // SAFETY: the view addresses elements inside `source`.
         let buffer = unsafe { materialize(&d, IndexOrder::Producer) }.unwrap();
         assert!(buffer.len() >= PARALLEL_THRESHOLD);
+        assert_eq!(as_u32(&buffer), naive(&source, 0, &shape, &strides));
+    }
+
+    #[test]
+    fn dims_merge_where_the_source_steps_through_them_as_one() {
+        let merged = |shape: &[i64], strides: &[i64], order| {
+            let d = descriptor(4096, shape, strides, ElementType::UInt32);
+            let (shape, strides) = merged_dims(&d, order);
+            (shape.to_vec(), strides.to_vec())
+        };
+        use IndexOrder::{Producer, Reversed};
+        // Column-major in the order asked for, size-1 dims anywhere, with any stride.
+        let column_major = (vec![24], vec![1]);
         assert_eq!(
-            as_u32(&buffer),
-            naive(&source, 0, &[cols, rows], &[1, cols])
+            merged(&[2, 1, 3, 4], &[1, 99, 2, 6], Producer),
+            column_major
         );
+        assert_eq!(
+            merged(&[4, 3, 1, 2], &[6, 2, -7, 1], Reversed),
+            column_major
+        );
+        // Reversed and stepped sources merge as long as each stride continues the last.
+        assert_eq!(merged(&[3, 4], &[-2, -6], Producer), (vec![12], vec![-2]));
+        assert_eq!(merged(&[3, 4], &[0, 0], Producer), (vec![12], vec![0]));
+        // Row-major 3-d sources, read reversed: whole, or with padded matrices, whose
+        // rows still run on into one another.
+        assert_eq!(
+            merged(&[2, 3, 4], &[12, 4, 1], Reversed),
+            (vec![24], vec![1])
+        );
+        assert_eq!(
+            merged(&[2, 3, 4], &[20, 4, 1], Reversed),
+            (vec![12, 2], vec![1, 20])
+        );
+        assert_eq!(
+            merged(&[2, 3, 4], &[12, 4, 1], Producer),
+            (vec![2, 3, 4], vec![12, 4, 1])
+        );
+        assert_eq!(
+            merged(&[3, 4, 2], &[1, 3, 100], Producer),
+            (vec![12, 2], vec![1, 100])
+        );
+        // One element: no dims at all.
+        assert_eq!(merged(&[1, 1], &[5, 7], Producer), (vec![], vec![]));
+        // A product that overflows merges nothing (and does not panic).
+        assert_eq!(
+            merged(&[2, 3], &[i64::MAX / 2 + 1, 0], Producer).0,
+            vec![2, 3]
+        );
+    }
+
+    #[test]
+    fn large_contiguous_copies_split_into_one_piece_per_thread_and_stay_exact() {
+        // Not a multiple of the thread count times the alignment: the last piece is shorter.
+        let len = PARALLEL_THRESHOLD + 4 * 1001;
+        let source: Vec<u32> = (0..len as u32 / 4).collect();
+        let d = descriptor(
+            source.as_ptr() as usize,
+            &[(len / 4) as i64],
+            &[1],
+            ElementType::UInt32,
+        );
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        // SAFETY: the descriptor addresses exactly `source`.
+        let buffer = pool.install(|| unsafe { materialize(&d, IndexOrder::Producer) }.unwrap());
+        assert_eq!(as_u32(&buffer), source);
     }
 
     #[test]
