@@ -14,12 +14,14 @@
 //! Knobs for profiling one copy: `RSDLPACK_BENCH_CASE` (part of a case name, e.g. `transpose`),
 //! `RSDLPACK_BENCH_SIZE` (`KiB` or `GiB`), `RSDLPACK_BENCH_THREADS` (`1` or `2`),
 //! `RSDLPACK_BENCH_ELEMENT` (`f32`, `f64`, `f16` or `u8`).
+//! `RSDLPACK_BENCH_REUSE=1` copies into one buffer whose pages are in already (both sides),
+//! to time the copy kernels without the kernel's page clearing.
 //! `RSDLPACK_BENCH_RUNS` (a number) times that many batches instead, to give a profiler samples.
 //! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
 //! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
 //! memory that stays in cache, so the copies read no DRAM at all.
 
-use rsdlpack::copy::{AlignedBuffer, materialize};
+use rsdlpack::copy::{AlignedBuffer, copy_into, materialize};
 use rsdlpack::dlpark::DlpackFlags;
 use rsdlpack::dlpark::ffi::{DLDataType, DLDevice, DLTensor};
 use rsdlpack::layout::{ArrayPlan, ArrayRequest, IndexOrder, Target, decide};
@@ -207,19 +209,37 @@ fn copies_of(
     let wanted = knob("RSDLPACK_BENCH_CASE");
     for (name, d) in cases.iter().filter(|c| c.0.contains(&wanted)) {
         let out = d.dense_byte_size();
-        // The copy engine writes into a fresh buffer whose pages fault in on first touch: the
-        // fair baseline is a memcpy of as many bytes into a fresh buffer too.
-        let memcpy = best_of(runs, batch, || {
-            let fresh = AlignedBuffer::zeroed(out);
-            // SAFETY: both buffers hold at least `out` bytes and do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), fresh.as_ptr(), out) };
-            drop(black_box(fresh));
-        });
-        let took = best_of(runs, batch, || {
-            // SAFETY: every descriptor addresses elements inside `source`.
-            let copy = unsafe { materialize(d, IndexOrder::Producer) };
-            drop(black_box(copy.unwrap()));
-        });
+        let (memcpy, took) = if knob("RSDLPACK_BENCH_REUSE") == "1" {
+            // Both into one buffer whose pages are in already: the kernels alone.
+            let mut reused = AlignedBuffer::zeroed(out);
+            reused.as_mut_slice().fill(1);
+            let memcpy = best_of(runs, batch, || {
+                // SAFETY: both buffers hold at least `out` bytes and do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), reused.as_ptr(), out) };
+                black_box(&mut reused);
+            });
+            let took = best_of(runs, batch, || {
+                // SAFETY: every descriptor addresses elements inside `source`.
+                unsafe { copy_into(d, IndexOrder::Producer, reused.as_mut_slice()) }.unwrap();
+                black_box(&mut reused);
+            });
+            (memcpy, took)
+        } else {
+            // The copy engine writes into a fresh buffer whose pages fault in on first touch:
+            // the fair baseline is a memcpy of as many bytes into a fresh buffer too.
+            let memcpy = best_of(runs, batch, || {
+                let fresh = AlignedBuffer::zeroed(out);
+                // SAFETY: both buffers hold at least `out` bytes and do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), fresh.as_ptr(), out) };
+                drop(black_box(fresh));
+            });
+            let took = best_of(runs, batch, || {
+                // SAFETY: every descriptor addresses elements inside `source`.
+                let copy = unsafe { materialize(d, IndexOrder::Producer) };
+                drop(black_box(copy.unwrap()));
+            });
+            (memcpy, took)
+        };
         println!(
             "{size:>7} {shape:>15} {threads:>2} thread(s) {name:>28}: {:>10.3} µs, memcpy {:>10.3} µs: {:.2}x memcpy bandwidth",
             took.as_secs_f64() * 1e6,
