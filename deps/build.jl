@@ -21,12 +21,14 @@ include("../julia/build_paths.jl")  # static, so that fatou follows it
 const PACKAGE_UUID = Base.UUID(TOML.parsefile(joinpath(PACKAGE, "Project.toml"))["uuid"])
 const SCRATCH = Scratch.get_scratch!(PACKAGE_UUID, build_key())
 const PLACEHOLDERS = ("{julia_dir}" => dirname(Sys.BINDIR),)
+const BUILD = TOML.parsefile(joinpath(@__DIR__, "build.toml"))
 
 "Runs one step of deps/build.toml; returns the path of the library cargo built."
 function cargo_build(step::Dict)
     target = joinpath(SCRATCH, "target", step["name"])
     manifest = joinpath(PACKAGE, step["manifest"])
-    cmd = `$CARGO $(step["args"]) --manifest-path $manifest --target-dir $target`
+    config = joinpath(PACKAGE, BUILD["config"])
+    cmd = `$CARGO $(step["args"]) --config $config --manifest-path $manifest --target-dir $target`
     env = Dict{String,String}(ENV)
     foreach(name -> delete!(env, name), step["env_remove"])
     for (name, value) in step["env"]
@@ -53,7 +55,7 @@ function build()
     libraries = libraries_dir(SCRATCH, PACKAGE)
     mkpath(libraries)
     recorded = Dict{String,Any}("package" => PACKAGE, "julia" => string(VERSION))
-    for step in TOML.parsefile(joinpath(@__DIR__, "build.toml"))["library"]
+    for step in BUILD["library"]
         built = cargo_build(step)
         recorded[step["name"]] = install(built, joinpath(libraries, basename(built)))
     end

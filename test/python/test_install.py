@@ -55,8 +55,9 @@ def snapshot(root):
     return state
 
 
-def step_command(step, package, target, julia_available):
-    """The command and environment deps/build.jl composes for `step` (see its cargo_build)."""
+def step_command(step, config, package, target, julia_available):
+    """The command and environment deps/build.jl composes for `step` (see its cargo_build);
+    `config` is build.toml's cargo configuration file, relative to the package."""
     args = list(step["args"])
     env = dict(os.environ)
     for name in step["env_remove"]:
@@ -67,7 +68,10 @@ def step_command(step, package, target, julia_available):
         args[0] = "check"  # no libjulia to link: type-check, as scripts/test.sh does
         env["DOCS_RS"] = "1"
     env["CARGO_TARGET_DIR"] = str(target)
-    command = ["cargo", *args, "--manifest-path", str(package / step["manifest"]), "--target-dir", str(target)]
+    command = [
+        "cargo", *args, "--config", str(package / config),
+        "--manifest-path", str(package / step["manifest"]), "--target-dir", str(target),
+    ]
     return command, env
 
 
@@ -83,12 +87,14 @@ def test_the_build_runs_from_a_read_only_copy_of_the_tracked_files(tmp_path):
     make_read_only(package)
     before = snapshot(package)
 
-    steps = tomllib.loads(BUILD_TOML.read_text())["library"]
+    build = tomllib.loads(BUILD_TOML.read_text())
+    steps = build["library"]
     assert [step["name"] for step in steps] == ["julia_bridge", "python_bridge"]
+    assert (package / build["config"]).is_file(), "build.toml names a config file not shipped"
     try:
         for step in steps:
             target = scratch / "target" / step["name"]
-            command, env = step_command(step, package, target, julia_available=False)
+            command, env = step_command(step, build["config"], package, target, julia_available=False)
             result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
             assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr[-6000:]}"
             if command[1] == "build":
@@ -105,7 +111,11 @@ def test_build_jl_runs_the_steps_of_build_toml():
     """deps/build.jl reads deps/build.toml and composes the command the test above runs."""
     build_jl = (REPO / "deps" / "build.jl").read_text()
     assert 'joinpath(@__DIR__, "build.toml")' in build_jl
-    assert '`$CARGO $(step["args"]) --manifest-path $manifest --target-dir $target`' in build_jl
+    assert 'config = joinpath(PACKAGE, BUILD["config"])' in build_jl
+    assert (
+        '`$CARGO $(step["args"]) --config $config --manifest-path $manifest --target-dir $target`'
+        in build_jl
+    )
     assert 'env["CARGO_TARGET_DIR"] = target' in build_jl
     assert "Scratch.get_scratch!" in build_jl
     for step in tomllib.loads(BUILD_TOML.read_text())["library"]:
