@@ -4,7 +4,7 @@
 //! aligned, and 64 is what Julia uses for large arrays. The result's dims are the planner's
 //! result dims (see [`crate::layout::IndexOrder`]), first index fastest, so the Julia glue wraps
 //! it with `unsafe_wrap(Array, ptr, dims)` and nothing else. Large copies are split across
-//! rayon's threads by runs of the fastest dimension.
+//! rayon's threads: a contiguous one into a piece per thread, others by runs or bands of rows.
 
 use crate::descriptor::TensorDescriptor;
 use crate::dims::DimVec;
