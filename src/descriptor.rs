@@ -552,7 +552,11 @@ fn element_count(shape: &[i64]) -> Option<usize> {
 /// Bytes `elements` take densely, if that fits in `isize`.
 fn dense_size(elements: usize, element: ElementType) -> Option<usize> {
     let bytes = match element {
-        ElementType::PackedBits { bits, .. } => elements.checked_mul(bits as usize)?.div_ceil(8),
+        // Eight packed elements take `bits` bytes: counted in whole groups of eight, so that
+        // `elements × bits` is never formed (it overflows below the isize limit in bytes).
+        ElementType::PackedBits { bits, .. } => (elements / 8)
+            .checked_mul(bits as usize)?
+            .checked_add((elements % 8 * bits as usize).div_ceil(8))?,
         element => elements.checked_mul(element.size())?,
     };
     (bytes <= isize::MAX as usize).then_some(bytes)
@@ -810,6 +814,36 @@ mod tests {
             check(&strided, Some((1, 3)), DlpackFlags::empty()),
             Err(Error::PackedSubbyteLayout { code: 17, bits: 4 })
         ));
+    }
+
+    #[test]
+    fn packed_subbyte_sizes_are_exact_up_to_the_isize_limit() {
+        let fp4 = DLDataType::scalar(DLDataTypeCode::FLOAT4_E2M1FN, 4);
+        let fp6 = DLDataType::scalar(DLDataTypeCode::FLOAT6_E2M3FN, 6);
+        let size = |shape: &[i64], strides: &[i64], dtype| {
+            check(
+                &raw(shape, Some(strides), 64, dtype),
+                Some((1, 3)),
+                DlpackFlags::empty(),
+            )
+            .map(|d| d.dense_byte_size())
+        };
+        // elements × bits passes 2⁶⁴ here, though the bytes are well inside isize.
+        assert_eq!(size(&[1 << 62], &[1], fp4).unwrap(), 1 << 61);
+        assert_eq!(size(&[3 << 60], &[1], fp6).unwrap(), 9 << 58);
+        assert_eq!(
+            size(&[7], &[1], fp6).unwrap(),
+            6,
+            "42 bits round up to 6 bytes"
+        );
+        assert_eq!(size(&[(1 << 62) + 3], &[1], fp4).unwrap(), (1 << 61) + 2);
+        assert!(
+            matches!(
+                size(&[1 << 62, 3], &[3, 1], fp6),
+                Err(Error::ExtentOverflow { .. })
+            ),
+            "9·2⁶¹ bytes exceed isize::MAX"
+        );
     }
 
     #[test]

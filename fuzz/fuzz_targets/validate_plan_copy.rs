@@ -3,7 +3,8 @@
 //! The input is a raw `DLTensor` (rank, shape, strides or none, dtype, flags, version, data
 //! address, byte offset, device) with values biased toward the 64-bit extremes. Whatever it is:
 //!
-//! - `TensorDescriptor::validate` returns (no panic, no overflow) and its error prints;
+//! - `TensorDescriptor::validate` returns (no panic, no overflow) and its error prints; a plain
+//!   compact packed fp4/fp6 tensor within the size limits is accepted;
 //! - for a valid tensor, `plan` returns for both index orders and every copy policy, and
 //!   the policies agree with each other;
 //! - every view addresses exactly the DLPack elements (checked arithmetically, memory is never
@@ -346,6 +347,10 @@ fn check(input: &Input) {
         Ok(d) => d,
         Err(e) => {
             let _ = e.to_string();
+            assert!(
+                !packed_within_limits(input, &raw, data as u128 + u128::from(byte_offset)),
+                "a valid packed sub-byte tensor was refused: {e}"
+            );
             return;
         }
     };
@@ -386,6 +391,44 @@ fn check(input: &Input) {
     if count > 0 {
         check_copy(input, &mut raw, version, flags, &d);
     }
+}
+
+/// Whether the input is a plain packed fp4/fp6 host tensor (compact row-major strides, no
+/// flags, non-null data) whose exact byte size, counted in 128 bits, is within `isize::MAX` and
+/// the address space: validation must accept it, however large `elements × bits` is.
+fn packed_within_limits(input: &Input, raw: &Raw, first_element: u128) -> bool {
+    let bits = match input.dtype {
+        Dtype::Fp4 => 4u128,
+        Dtype::Fp6 => 6,
+        _ => return false,
+    };
+    let plain = matches!(input.device, Dev::Cpu | Dev::CpuAgain)
+        && matches!(input.rank, Rank::Usual(_))
+        && input.flags & 7 == 0
+        && input.unknown_flag.is_none()
+        && !raw.null_strides
+        && input.data.value() != 0
+        && raw.shape.iter().all(|&n| n > 0);
+    if !plain {
+        return false;
+    }
+    let mut expected = 1i128;
+    for k in (0..raw.shape.len()).rev() {
+        if raw.shape[k] > 1 && i128::from(raw.strides[k]) != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(i128::from(raw.shape[k]));
+    }
+    let elements = raw
+        .shape
+        .iter()
+        .try_fold(1u128, |p, &n| p.checked_mul(n as u128));
+    let Some(bytes) = elements.and_then(|e| e.checked_mul(bits)).map(|b| b.div_ceil(8)) else {
+        return false;
+    };
+    elements.is_some_and(|e| e <= usize::MAX as u128)
+        && bytes <= isize::MAX as u128
+        && first_element + bytes <= usize::MAX as u128
 }
 
 fn ordered(d: &TensorDescriptor, order: IndexOrder) -> (Vec<i64>, Vec<i64>) {
