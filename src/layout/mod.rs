@@ -20,20 +20,24 @@
 //! memory correctly). With [`CopyPolicy::Never`] that is an error instead: [`Error::Misaligned`]
 //! for misaligned data, [`Error::CopyRequired`] for the rest.
 //!
-//! The parent is chosen to cover as little memory as the layout allows (see [`nest`]): it
-//! starts at the lowest element the tensor touches and ends at its last element whenever each
-//! stride, sorted by magnitude, is a multiple of the element span of the faster dimensions —
-//! true of every contiguous tensor in any dimension order and of many slices. Otherwise it
-//! reaches past the last element: a view of `a[:, 3:5]` of a 2×5 row-major array needs a 5×2
-//! parent starting at element 3, whose last three elements lie beyond the tensor. The view never
-//! touches them, but the parent (`parent(parent(R))` in Julia) claims them: index the array,
-//! never its parent. [`ViewPlan::parent_overhang`] says how many bytes that is.
+//! The parent is the smallest dense parent that holds the view (see [`nest`]): it starts at
+//! the lowest element the tensor touches and ends at its last element whenever each stride,
+//! sorted by magnitude, is a multiple of the element span of the faster dimensions — true of
+//! every contiguous tensor in any dimension order and of many slices. Otherwise no parent ends
+//! there, and the least one reaches past the last element: a view of `a[:, 3:5]` of a 2×5
+//! row-major array needs a 5×2 parent starting at element 3, whose last three elements lie
+//! beyond the tensor. The view never touches them, but the parent (`parent(parent(R))` in
+//! Julia) claims them: index the array, never its parent. [`ViewPlan::parent_overhang`] says how
+//! many bytes that is.
 //!
-//! Planning takes O(ndim²) steps at most (sorting ≤ 32 dimensions; no loop depends on extent
-//! values), allocates nothing, and writes its answer once, into the caller's [`ArrayPlan`]
-//! ([`decide`]); [`LayoutPlan`] is the same answer in readable form.
+//! Planning takes O(ndim²) steps (sorting ≤ 32 dimensions; no loop depends on extent values)
+//! and allocates nothing when the parent can end at the last element; otherwise the least
+//! parent is searched among the divisors of the largest stride ([`divisors`]). It writes its
+//! answer once, into the caller's [`ArrayPlan`] ([`decide`]); [`LayoutPlan`] is the same answer
+//! in readable form.
 
 mod decide;
+mod divisors;
 #[cfg(test)]
 mod exhaustive;
 mod flat;

@@ -1,9 +1,9 @@
-//! Nesting strides into a dense parent, in O(ndim) steps whatever the extents.
+//! Nesting strides into a dense parent, and the least such parent.
 //!
 //! Given the varying dimensions sorted by |stride| (`sⱼ`, lengths `nⱼ ≥ 2`), a dense parent
 //! exists when there are parent strides `P₀ = 1 | P₁ | …` with `Pⱼ | sⱼ` (dimension `j` steps
 //! by `sⱼ / Pⱼ` in parent dimension `j`) and `Pⱼ₊₁ ≥ Pⱼ + (nⱼ - 1)·sⱼ` (its range fits in that
-//! parent dimension). Two choices settle every case without a search:
+//! parent dimension). Two chains settle whether one exists, without a search:
 //!
 //! - **Suffix gcds** `Pⱼ = gcd(sⱼ, …, s_last)` for `j ≥ 1`: every admissible `Pⱼ` divides
 //!   this `Gⱼ`, and if any chain exists this one does. (`Gⱼ₊₁` is a multiple of `Gⱼ` above
@@ -15,12 +15,20 @@
 //!   then ends exactly at the tensor's last element; summing the bounds shows that no other
 //!   chain does. It is admissible when each stride is a multiple of that span.
 //!
-//! The tight chain is taken when admissible, else the gcd chain, whose last stride is lowered
-//! to the smallest admissible multiple of `P_{last-1}` when that divides `s_last`. What the
-//! parent then claims beyond the tensor is [`super::ViewPlan::parent_overhang`].
+//! The tight chain is taken when admissible. Otherwise the gcd chain settles whether a parent
+//! exists, and the least parent is then found among the divisors of the last stride: a parent
+//! starting at the lowest element holds `(n_last - 1)·s_last + P_last` elements, so the least
+//! parent is the chain with the least `P_last`. Choosing each `Pⱼ` as small as it can be is
+//! not enough (a larger `P₁` can have a smaller admissible multiple), so unless a bound settles
+//! it, [`lower_the_last_stride`] walks the levels keeping every reachable divisor
+//! ([`super::divisors`]). What the parent then claims beyond the tensor is
+//! [`super::ViewPlan::parent_overhang`]: nothing exactly when the tight chain is admissible.
 //!
 //! Every product and sum is checked: an overflow means no parent fits in 64 bits, which the
 //! caller reports as "copy needed".
+
+use super::divisors::{self, Exponents, MAX_PRIMES, PrimePower};
+use crate::dims::MAX_NDIM;
 
 /// A varying dimension: its length (≥ 2) and |stride| (≥ 1), in elements.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,17 +48,7 @@ pub(crate) fn nest(links: &[Link], out: &mut [u64]) -> Result<(), &'static str> 
         return Ok(());
     }
     gcd_chain(links, out).ok_or(NO_NEST)?;
-    if let [.., before, last] = *links {
-        let k = links.len() - 1;
-        let below = out[k - 1];
-        let lowest = (before.len - 1)
-            .checked_mul(before.stride)
-            .and_then(|reach| reach.checked_add(below))
-            .and_then(|bound| bound.div_ceil(below).checked_mul(below));
-        if let Some(lowest) = lowest.filter(|&p| last.stride.is_multiple_of(p)) {
-            out[k] = lowest;
-        }
-    }
+    lower_the_last_stride(links, out);
     Ok(())
 }
 
@@ -89,6 +87,159 @@ fn gcd_chain(links: &[Link], out: &mut [u64]) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// Divisor lattices up to this size are searched in stack arrays; larger ones on the heap.
+const STACK_DIVISORS: usize = 64;
+
+/// Replaces the gcd chain in `out` (whose last stride is the last link's) by the chain with
+/// the least last stride (see the module docs).
+///
+/// `P_last` is a divisor of the last stride at least `1 + Σ (nⱼ - 1)·sⱼ` over the other links:
+/// the least such divisor is a lower bound, reached at once when it is the stride itself (the
+/// gcd chain is then least) or when there are two links (`P₀ = 1` divides every divisor).
+/// Otherwise a [`Lattice`] search finds the least chain.
+fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
+    let Some((last, faster)) = links.split_last() else {
+        return;
+    };
+    let Some(bound) = faster.iter().try_fold(1u64, |sum, link| {
+        (link.len - 1).checked_mul(link.stride)?.checked_add(sum)
+    }) else {
+        return;
+    };
+    let mut primes = [PrimePower::default(); MAX_PRIMES];
+    let count = divisors::factor(last.stride, &mut primes);
+    let primes = &primes[..count];
+    let width = divisors::count(primes);
+    let (mut values, mut least) = ([0u64; STACK_DIVISORS], [0u64; STACK_DIVISORS]);
+    let (mut heap_values, mut heap_least) = (Vec::new(), Vec::new());
+    let (values, least) = if width <= STACK_DIVISORS {
+        (&mut values[..width], &mut least[..width])
+    } else {
+        heap_values.resize(width, 0);
+        heap_least.resize(width, 0);
+        (&mut heap_values[..], &mut heap_least[..])
+    };
+    divisors::fill(primes, values);
+    let Some(lowest) = values.iter().copied().filter(|&d| d >= bound).min() else {
+        return;
+    };
+    if lowest == last.stride {
+        return;
+    }
+    if let [_, _] = links {
+        (out[0], out[1]) = (1, lowest);
+        return;
+    }
+    let words = width.div_ceil(64);
+    let (mut reachable, mut heap_reachable) = ([0u64; MAX_NDIM], Vec::new());
+    let reachable = if words == 1 {
+        &mut reachable[..]
+    } else {
+        heap_reachable.resize(links.len() * words, 0);
+        &mut heap_reachable[..]
+    };
+    let lattice = Lattice {
+        primes,
+        words,
+        values,
+        least,
+        reachable,
+    };
+    let mut chain = [0u64; MAX_NDIM];
+    // A gcd chain is a chain over divisors of the last stride, so the search finds one too.
+    if lattice.search(links, &mut chain[..links.len()]).is_some() {
+        out.copy_from_slice(&chain[..links.len()]);
+    }
+}
+
+/// The divisors of the last stride and, per level, which of them a chain reaches (bitsets of
+/// `values.len()` bits, one after the other).
+struct Lattice<'a> {
+    primes: &'a [PrimePower],
+    /// 64-bit words per level in `reachable`.
+    words: usize,
+    values: &'a mut [u64],
+    least: &'a mut [u64],
+    reachable: &'a mut [u64],
+}
+
+impl Lattice<'_> {
+    fn reached(&self, level: usize, index: usize) -> bool {
+        self.reachable[level * self.words + index / 64] >> (index % 64) & 1 == 1
+    }
+
+    fn reach(&mut self, level: usize, index: usize) {
+        let word = level * self.words + index / 64;
+        self.reachable[word] |= 1 << (index % 64);
+    }
+
+    /// The least chain into `out`, `values` holding the divisors (see [`lower_the_last_stride`]).
+    fn search(mut self, links: &[Link], out: &mut [u64]) -> Option<()> {
+        let (width, primes) = (self.values.len(), self.primes);
+        self.reach(0, 0); // P₀ = 1
+        for j in 0..links.len() - 1 {
+            self.least_reachable_divisors(j);
+            let reach = (links[j].len - 1).checked_mul(links[j].stride)?;
+            let bound = Exponents::dividing(links[j + 1].stride, primes);
+            let mut exponents = Exponents::default();
+            for i in 0..width {
+                let fits = self.least[i]
+                    .checked_add(reach)
+                    .is_some_and(|need| need <= self.values[i]);
+                if fits && exponents.at_most(&bound, primes.len()) {
+                    self.reach(j + 1, i);
+                }
+                exponents.advance(primes);
+            }
+        }
+        let last = links.len() - 1;
+        let mut above = (0..width)
+            .filter(|&i| self.reached(last, i))
+            .min_by_key(|&i| self.values[i])?;
+        out[last] = self.values[above];
+        for j in (0..last).rev() {
+            let reach = (links[j].len - 1) * links[j].stride; // checked on the way up
+            let bound = Exponents::of_index(above, primes);
+            let mut exponents = Exponents::default();
+            let mut below = None;
+            for i in 0..width {
+                let fits = self.values[i]
+                    .checked_add(reach)
+                    .is_some_and(|need| need <= out[j + 1]);
+                if fits && self.reached(j, i) && exponents.at_most(&bound, primes.len()) {
+                    below = Some(i);
+                    break;
+                }
+                exponents.advance(primes);
+            }
+            above = below?;
+            out[j] = self.values[above];
+        }
+        Some(())
+    }
+
+    /// `least[i]`: the least divisor reached at `level` that divides `values[i]`.
+    fn least_reachable_divisors(&mut self, level: usize) {
+        for i in 0..self.values.len() {
+            self.least[i] = if self.reached(level, i) {
+                self.values[i]
+            } else {
+                u64::MAX
+            };
+        }
+        let mut radix = 1;
+        for prime in self.primes {
+            let block = radix * (prime.exponent as usize + 1);
+            for start in (0..self.values.len()).step_by(block) {
+                for i in start + radix..start + block {
+                    self.least[i] = self.least[i].min(self.least[i - radix]);
+                }
+            }
+            radix = block;
+        }
+    }
 }
 
 /// Binary (Stein's) gcd; `gcd(a, 0) = a`. Shifts and subtractions only (a 64-bit division
@@ -160,6 +311,19 @@ mod tests {
         assert_eq!(
             nest(&links(&[(3, 2), (3, 6), (2, 36)])).unwrap(),
             [1, 6, 18]
+        );
+    }
+
+    #[test]
+    fn the_least_parent_is_found_among_the_last_strides_divisors() {
+        // np.arange(18.).reshape(2, 9)[:, :2]: a 3-wide parent (steps 1 and 3) ends one element
+        // past the tensor, where the stride 9 itself would claim seven.
+        assert_eq!(nest(&links(&[(2, 1), (2, 9)])).unwrap(), [1, 3]);
+        // The smallest admissible P₁ (2) only has 18 above 6 + 1; a larger one (3) has 9.
+        assert_eq!(
+            nest(&links(&[(2, 1), (2, 6), (2, 18)])).unwrap(),
+            [1, 3, 9],
+            "greedy would give [1, 2, 18]"
         );
     }
 

@@ -1,0 +1,296 @@
+//! The divisors of a 64-bit stride, for the least parent search ([`super::nest`]).
+//!
+//! A stride is factored by trial division of its small primes, and whatever large cofactor
+//! remains by Miller–Rabin (deterministic for 64-bit values with the first twelve primes as
+//! bases) and Pollard's rho in Brent's form. Real strides are products of small extents and
+//! stop after a few divisions; hostile ones cost at most a few milliseconds.
+
+/// A prime factor and its exponent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PrimePower {
+    pub prime: u64,
+    pub exponent: u32,
+}
+
+/// More distinct primes than any 64-bit value has (the product of the first 16 exceeds 2⁶⁴).
+pub(crate) const MAX_PRIMES: usize = 15;
+
+/// Trial division stops below this; a cofactor below its square is prime.
+const TRIAL_LIMIT: u64 = 1 << 10;
+
+/// The prime factorisation of `n ≥ 1`, primes ascending, into `out`; returns how many.
+pub(crate) fn factor(mut n: u64, out: &mut [PrimePower; MAX_PRIMES]) -> usize {
+    debug_assert!(n >= 1);
+    let mut count = 0;
+    let mut push = |prime: u64, exponent: u32, out: &mut [PrimePower; MAX_PRIMES]| match out
+        [..count]
+        .iter_mut()
+        .find(|p| p.prime == prime)
+    {
+        Some(existing) => existing.exponent += exponent,
+        None => {
+            out[count] = PrimePower { prime, exponent };
+            count += 1;
+        }
+    };
+    let twos = n.trailing_zeros();
+    if twos > 0 {
+        push(2, twos, out);
+        n >>= twos;
+    }
+    let mut d = 3;
+    while d < TRIAL_LIMIT && d * d <= n {
+        let mut exponent = 0;
+        while n.is_multiple_of(d) {
+            n /= d;
+            exponent += 1;
+        }
+        if exponent > 0 {
+            push(d, exponent, out);
+        }
+        d += 2;
+    }
+    if n > 1 {
+        let mut stack = [0u64; 64];
+        let mut depth = 0;
+        stack[0] = n;
+        depth += 1;
+        while depth > 0 {
+            depth -= 1;
+            let m = stack[depth];
+            if m < TRIAL_LIMIT * TRIAL_LIMIT || is_prime(m) {
+                push(m, 1, out);
+            } else {
+                let split = pollard_brent(m);
+                stack[depth] = split;
+                stack[depth + 1] = m / split;
+                depth += 2;
+            }
+        }
+    }
+    out[..count].sort_unstable_by_key(|p| p.prime);
+    count
+}
+
+fn mul_mod(a: u64, b: u64, m: u64) -> u64 {
+    (u128::from(a) * u128::from(b) % u128::from(m)) as u64
+}
+
+fn pow_mod(mut base: u64, mut exponent: u64, m: u64) -> u64 {
+    let mut result = 1 % m;
+    base %= m;
+    while exponent > 0 {
+        if exponent & 1 == 1 {
+            result = mul_mod(result, base, m);
+        }
+        base = mul_mod(base, base, m);
+        exponent >>= 1;
+    }
+    result
+}
+
+/// Deterministic Miller–Rabin for odd `n` with no factor below [`TRIAL_LIMIT`].
+fn is_prime(n: u64) -> bool {
+    let odd = n - 1;
+    let shift = odd.trailing_zeros();
+    let d = odd >> shift;
+    [2u64, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]
+        .iter()
+        .all(|&a| {
+            let mut x = pow_mod(a, d, n);
+            if x == 1 || x == n - 1 {
+                return true;
+            }
+            for _ in 1..shift {
+                x = mul_mod(x, x, n);
+                if x == n - 1 {
+                    return true;
+                }
+            }
+            false
+        })
+}
+
+/// A nontrivial factor of the odd composite `n` (Pollard's rho, Brent's cycle finding).
+fn pollard_brent(n: u64) -> u64 {
+    for c in 1.. {
+        let step = |x: u64| (mul_mod(x, x, n) + c) % n;
+        let (mut x, mut y, mut product) = (2u64, 2u64, 1u64);
+        let mut power = 1u64;
+        let mut steps = 0u64;
+        loop {
+            if steps == power {
+                x = y;
+                power <<= 1;
+                steps = 0;
+            }
+            y = step(y);
+            steps += 1;
+            product = mul_mod(product, x.abs_diff(y), n);
+            if steps.is_multiple_of(64) || product == 0 {
+                let g = gcd(if product == 0 { x.abs_diff(y) } else { product }, n);
+                if g == n {
+                    break; // this constant cycles without splitting: try the next
+                }
+                if g > 1 {
+                    return g;
+                }
+            }
+        }
+    }
+    unreachable!("some constant splits every odd composite")
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// How many divisors `∏ primesᵢ^exponentᵢ` has.
+pub(crate) fn count(primes: &[PrimePower]) -> usize {
+    primes.iter().map(|p| p.exponent as usize + 1).product()
+}
+
+/// Writes the divisors of `∏ primesᵢ^exponentᵢ` into `out` (of length [`count`]) in
+/// mixed-radix order: the divisor at index `Σ eᵢ·radixᵢ` (`radixᵢ = ∏_{k<i} (exponentₖ + 1)`)
+/// is `∏ primesᵢ^eᵢ`, so index 0 holds 1 and [`Exponents`] walks the indices in order.
+pub(crate) fn fill(primes: &[PrimePower], out: &mut [u64]) {
+    out[0] = 1;
+    let mut block = 1;
+    for p in primes {
+        let mut power = 1u64;
+        for e in 1..=p.exponent as usize {
+            power *= p.prime;
+            for k in 0..block {
+                out[e * block + k] = out[k] * power;
+            }
+        }
+        block *= p.exponent as usize + 1;
+    }
+}
+
+/// The exponent vector of a divisor index, advanced index by index (no division).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Exponents([u32; MAX_PRIMES]);
+
+impl Exponents {
+    /// The exponents of `n`'s factors among `primes`, each capped at the prime's exponent: the
+    /// divisors of `∏ primesᵢ^exponentᵢ` that divide `n` are those at or below them.
+    pub(crate) fn dividing(mut n: u64, primes: &[PrimePower]) -> Self {
+        let mut out = Self::default();
+        for (k, p) in primes.iter().enumerate() {
+            let mut e = 0;
+            if p.prime == 2 {
+                e = n.trailing_zeros().min(p.exponent);
+            } else {
+                while e < p.exponent && n.is_multiple_of(p.prime) {
+                    n /= p.prime;
+                    e += 1;
+                }
+            }
+            out.0[k] = e;
+        }
+        out
+    }
+
+    /// The exponents of the divisor at `index` (see [`fill`]).
+    pub(crate) fn of_index(mut index: usize, primes: &[PrimePower]) -> Self {
+        let mut out = Self::default();
+        for (k, p) in primes.iter().enumerate() {
+            let extent = p.exponent as usize + 1;
+            out.0[k] = (index % extent) as u32;
+            index /= extent;
+        }
+        out
+    }
+
+    /// Whether every exponent is at most `bound`'s (the divisor divides `bound`'s).
+    pub(crate) fn at_most(&self, bound: &Self, primes: usize) -> bool {
+        self.0[..primes].iter().zip(&bound.0).all(|(e, b)| e <= b)
+    }
+
+    /// Moves to the next index's exponents.
+    pub(crate) fn advance(&mut self, primes: &[PrimePower]) {
+        for (e, p) in self.0.iter_mut().zip(primes) {
+            if *e < p.exponent {
+                *e += 1;
+                return;
+            }
+            *e = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn factors(n: u64) -> Vec<(u64, u32)> {
+        let mut out = [PrimePower {
+            prime: 0,
+            exponent: 0,
+        }; MAX_PRIMES];
+        let count = factor(n, &mut out);
+        out[..count].iter().map(|p| (p.prime, p.exponent)).collect()
+    }
+
+    #[test]
+    fn factorisations_multiply_back_and_hold_primes_only() {
+        let values = [
+            1,
+            2,
+            12,
+            36,
+            1 << 63,
+            1009 * 1013,
+            1_000_003 * 1_000_033,
+            4_294_967_291 * 4_294_967_279,
+            18_446_744_073_709_551_557, // the largest 64-bit prime
+            614_889_782_588_491_410,    // the primes up to 47
+            3 * 5 * 1_000_003 * 1_000_003,
+        ];
+        for n in values {
+            let found = factors(n);
+            let product = found
+                .iter()
+                .fold(1u128, |acc, &(p, e)| acc * u128::from(p).pow(e));
+            assert_eq!(product, u128::from(n), "{n}: {found:?}");
+            for (p, _) in found {
+                let prime = if p < 1 << 40 {
+                    (2..).take_while(|d| d * d <= p).all(|d| p % d != 0)
+                } else {
+                    is_prime(p)
+                };
+                assert!(p >= 2 && prime, "{p} of {n}");
+            }
+        }
+        assert_eq!(factors(360), [(2, 3), (3, 2), (5, 1)]);
+    }
+
+    #[test]
+    fn divisors_are_indexed_by_exponents() {
+        let primes = [
+            PrimePower {
+                prime: 2,
+                exponent: 2,
+            },
+            PrimePower {
+                prime: 3,
+                exponent: 1,
+            },
+        ];
+        let mut values = [0; 6];
+        fill(&primes, &mut values);
+        assert_eq!(values, [1, 2, 4, 3, 6, 12]);
+        let mut walked = Exponents::default();
+        for (index, &value) in values.iter().enumerate() {
+            assert_eq!(walked.0, Exponents::of_index(index, &primes).0);
+            let bound = Exponents::dividing(value * 5, &primes);
+            assert!(walked.at_most(&bound, 2) && bound.at_most(&walked, 2));
+            walked.advance(&primes);
+        }
+        assert_eq!(Exponents::dividing(8 * 9, &primes).0[..2], [2, 1], "capped");
+    }
+}
