@@ -159,7 +159,9 @@ fn remembered<T: Copy + 'static>(
     }
     let answer = read()?;
     if keep(tuple) {
-        last.set(Some((tuple.clone().unbind(), answer)));
+        let replaced = last.replace(Some((tuple.clone().unbind(), answer)));
+        // Through `Bound`: released now, though pyo3 does not count this call as attached.
+        drop(replaced.map(|(seen, _)| seen.into_bound(tuple.py())));
     }
     Ok(answer)
 }

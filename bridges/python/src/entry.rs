@@ -113,15 +113,19 @@ pub(crate) fn with_python<T>(
     if release::this_thread_holds_the_gil() {
         // The common case (Julia's PyCall and PythonCall call with the GIL held): no
         // `PyGILState_Ensure`/`Release` pair and no pyo3 bookkeeping, ~20 ns of each call
-        // from C. pyo3 does not count this thread as attached, so a `Py` dropped here is
-        // decref'd at pyo3's next attach rather than at once; the entry points drop none on
-        // their success paths.
+        // from C. pyo3 does not count this thread as attached, so a `Py` dropped here would
+        // be decref'd only at pyo3's next attach: see `crate::attach` for how none is left.
         // SAFETY: this thread holds the GIL of the running interpreter (just checked; the
         // check is exact with one interpreter, the only setup pyo3 and the GILState API
         // support, see `this_thread_holds_the_gil`).
         let py = unsafe { Python::assume_attached() };
         release::drain(py);
-        return body(py);
+        let result = body(py);
+        if result.is_err() {
+            // Error paths drop exceptions (and their tracebacks) wherever they arise.
+            crate::attach::drain_deferred();
+        }
+        return result;
     }
     Python::try_attach(|py| {
         release::drain(py);

@@ -316,12 +316,17 @@ fn type_info_from_cache(
             return Ok(*info);
         }
     }
+    // A first sight of the type: the attribute lookup drops an `AttributeError` (holding the
+    // type) for every type without the API, which must be released now (see `crate::attach`).
     let ty = object.get_type();
-    let info = TypeInfo {
-        api: ExchangeApi::of_type(&ty)?,
-        torch: crate::torch::classify(&ty)?,
-        host_memory: crate::numpy::is_ndarray(&ty),
-    };
+    let info = crate::attach::releasing(|| -> BridgeResult<TypeInfo> {
+        Ok(TypeInfo {
+            api: ExchangeApi::of_type(&ty)?,
+            torch: crate::torch::classify(&ty)?,
+            host_memory: crate::numpy::is_ndarray(&ty),
+        })
+    })?;
+    let py = object.py();
     let evicted = {
         let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
         if cache
@@ -341,7 +346,8 @@ fn type_info_from_cache(
             evicted
         }
     };
-    // Released outside the lock: freeing a type may run Python code.
-    drop(evicted);
+    // Released outside the lock (freeing a type may run Python code), and through `Bound`, so
+    // at once (see `crate::attach`).
+    drop(evicted.map(|(ty, _)| ty.into_bound(py)));
     Ok(info)
 }

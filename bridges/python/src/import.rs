@@ -343,7 +343,9 @@ fn call_dlpack<'py>(
     };
     match full.call(object) {
         Ok(capsule) => Ok(capsule),
-        Err(err) if err.is_instance_of::<PyTypeError>(py) => {
+        // An old producer: the `TypeError` is dropped on this success path, so released at
+        // once (see `crate::attach`).
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => crate::attach::releasing(move || {
             let legacy = Keywords {
                 stream: stream.as_ref(),
                 max_version: None,
@@ -359,7 +361,7 @@ fn call_dlpack<'py>(
                     retry,
                 )
             })
-        }
+        }),
         Err(err) => Err(not_dlpack_or(object, err, "__dlpack__")),
     }
 }

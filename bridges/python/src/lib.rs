@@ -9,6 +9,7 @@
 //! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
 //!   [`negotiate`]: what `__dlpack__` hands out for them, decided as a pure function;
 //! - [`release`]: Python producers' deleters run only under the GIL (deferred otherwise);
+//!   `attach`: Python objects dropped where pyo3 does not know the GIL is held;
 //! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call;
 //! - [`arrays`]: the one-crossing entry points behind Julia's `from_dlpack` and `share`
 //!   (import + validate + plan in one call; copy; release now or later), with [`roots`]
@@ -21,6 +22,7 @@
 //! CPython ≥ 3.10.
 
 pub mod arrays;
+mod attach;
 pub mod call;
 pub mod capsule;
 pub mod dlpack_method;
