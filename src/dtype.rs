@@ -26,6 +26,8 @@ pub enum ElementType {
     Float64,
     ComplexF32,
     ComplexF64,
+    /// Complex of two bfloat16 (`kDLBcomplex`, added to DLPack after 1.3; see [`BCOMPLEX`]).
+    ComplexBF16,
     /// An fp8/fp6/fp4 code carried as raw bytes. `bits` is 8 for fp8, and for fp6/fp4 stored one
     /// element per byte (`IS_SUBBYTE_TYPE_PADDED`).
     RawBytes {
@@ -41,7 +43,7 @@ pub enum ElementType {
 
 impl ElementType {
     /// Every element type with a Julia counterpart, in [`Self::code`] order.
-    pub const NAMED: [ElementType; 15] = [
+    pub const NAMED: [ElementType; 16] = [
         ElementType::Bool,
         ElementType::Int8,
         ElementType::Int16,
@@ -57,6 +59,7 @@ impl ElementType {
         ElementType::Float64,
         ElementType::ComplexF32,
         ElementType::ComplexF64,
+        ElementType::ComplexBF16,
     ];
 
     /// Reads a DLPack dtype. `subbyte_padded` is the `IS_SUBBYTE_TYPE_PADDED` flag.
@@ -102,6 +105,7 @@ impl ElementType {
             (DLDataTypeCode::FLOAT, 64) => Self::Float64,
             (DLDataTypeCode::COMPLEX, 64) => Self::ComplexF32,
             (DLDataTypeCode::COMPLEX, 128) => Self::ComplexF64,
+            (BCOMPLEX, 32) => Self::ComplexBF16,
             (c, 8) if is_fp8(c) => Self::RawBytes { code: c.0, bits: 8 },
             (c, bits) if expected_subbyte_bits(c) == Some(bits) => {
                 if subbyte_padded {
@@ -133,6 +137,7 @@ impl ElementType {
             Self::Float64 => (DLDataTypeCode::FLOAT, 64),
             Self::ComplexF32 => (DLDataTypeCode::COMPLEX, 64),
             Self::ComplexF64 => (DLDataTypeCode::COMPLEX, 128),
+            Self::ComplexBF16 => (BCOMPLEX, 32),
             Self::RawBytes { code, bits } | Self::PackedBits { code, bits } => {
                 (DLDataTypeCode(code), bits)
             }
@@ -145,7 +150,7 @@ impl ElementType {
         match self {
             Self::Bool | Self::Int8 | Self::UInt8 => 1,
             Self::Int16 | Self::UInt16 | Self::Float16 | Self::BFloat16 => 2,
-            Self::Int32 | Self::UInt32 | Self::Float32 => 4,
+            Self::Int32 | Self::UInt32 | Self::Float32 | Self::ComplexBF16 => 4,
             Self::Int64 | Self::UInt64 | Self::Float64 | Self::ComplexF32 => 8,
             Self::ComplexF64 => 16,
             Self::RawBytes { .. } | Self::PackedBits { .. } => 1,
@@ -157,6 +162,7 @@ impl ElementType {
         match self {
             Self::ComplexF32 => 4,
             Self::ComplexF64 => 8,
+            Self::ComplexBF16 => 2,
             other => other.size(),
         }
     }
@@ -179,6 +185,7 @@ impl ElementType {
             Self::Float64 => "Float64",
             Self::ComplexF32 => "ComplexF32",
             Self::ComplexF64 => "ComplexF64",
+            Self::ComplexBF16 => "Complex{BFloat16}",
         }
     }
 
@@ -213,6 +220,7 @@ impl ElementType {
             Self::Float64 => 12,
             Self::ComplexF32 => 13,
             Self::ComplexF64 => 14,
+            Self::ComplexBF16 => 15,
             Self::RawBytes { code, bits } => {
                 RAW_CODE_BASE + (u32::from(code) << 8) + u32::from(bits)
             }
@@ -233,6 +241,10 @@ impl ElementType {
         Self::NAMED.get(code as usize).copied()
     }
 }
+
+/// `kDLBcomplex`: complex numbers of two bfloat16, `DLDataTypeCode` 18 (dlpack PR #187, merged
+/// after the 1.3 release without a version bump; dlpark does not name it yet).
+pub const BCOMPLEX: DLDataTypeCode = DLDataTypeCode(18);
 
 /// Where [`ElementType::code`]'s raw-byte codes start.
 pub const RAW_CODE_BASE: u32 = 0x1_0000;
@@ -265,6 +277,18 @@ mod tests {
             assert_eq!(back, element);
             assert_eq!(ElementType::from_code(element.code()), Some(element));
             assert_eq!(element.to_dlpack().bits as usize, element.size() * 8);
+        }
+    }
+
+    #[test]
+    fn bcomplex_is_a_named_pair_of_bfloat16() {
+        let dtype = DLDataType::scalar(BCOMPLEX, 32);
+        let element = ElementType::from_dlpack(dtype, false).unwrap();
+        assert_eq!(element, ElementType::ComplexBF16);
+        assert_eq!((element.size(), element.alignment()), (4, 2));
+        assert_eq!(element.julia_name(), "Complex{BFloat16}");
+        for bits in [16, 64] {
+            assert!(ElementType::from_dlpack(DLDataType::scalar(BCOMPLEX, bits), false).is_err());
         }
     }
 
@@ -304,7 +328,7 @@ mod tests {
             RAW_CODE_BASE + (2 << 8) + 32, // float32 is named, not raw
             RAW_CODE_BASE + (17 << 8) + 8, // fp4 with 8 bits
             RAW_CODE_BASE + (300 << 8),    // not a DLPack code
-            15,
+            ElementType::NAMED.len() as u32,
         ] {
             assert_eq!(ElementType::from_code(bad), None, "{bad:#x}");
         }

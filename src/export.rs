@@ -11,7 +11,9 @@
 //! `max_version`, capped at ours), which must be at least the minor version that introduced
 //! every feature the tensor uses ([`required_minor`]: DLPack 1.1 added the fp8,
 //! fp6 and fp4 dtype codes and the IS_SUBBYTE_TYPE_PADDED flag; READ_ONLY, IS_COPIED and the
-//! bool code are 1.0). A consumer that accepts less is refused ([`Error::VersionTooOld`]),
+//! bool code are 1.0; `kDLBcomplex` came after 1.3 while the header still said 1.3, the newest
+//! minor version a consumer can ask for, so it needs 1.3). A consumer that accepts less is
+//! refused ([`Error::VersionTooOld`]),
 //! rather than handed codes it was promised not to see. A legacy tensor cannot carry flags:
 //! READ_ONLY and IS_SUBBYTE_TYPE_PADDED change what the memory means, so a tensor with either is
 //! refused ([`Error::LegacyCannotCarry`]); IS_COPIED is only a hint that the consumer owns the
@@ -35,6 +37,7 @@ pub fn required_minor(element: ElementType) -> (u32, &'static str) {
         ),
         ElementType::RawBytes { .. } => (1, "an fp8 dtype code"),
         ElementType::PackedBits { .. } => (1, "a packed fp6/fp4 dtype code"),
+        ElementType::ComplexBF16 => (3, "the bfloat16 complex dtype code (kDLBcomplex)"),
         _ => (0, "DLPack 1.0"),
     }
 }
@@ -399,12 +402,14 @@ mod tests {
         let fp8 = byte_spec(ElementType::RawBytes { code: 10, bits: 8 }, &data);
         let padded = byte_spec(ElementType::RawBytes { code: 17, bits: 4 }, &data);
         let packed = byte_spec(ElementType::PackedBits { code: 17, bits: 4 }, &data[..2]);
+        let bcomplex = byte_spec(ElementType::ComplexBF16, &data);
         for (spec, needed) in [
             (&plain, 0),
             (&bools, 0),
             (&fp8, 1),
             (&padded, 1),
             (&packed, 1),
+            (&bcomplex, 3),
         ] {
             assert_eq!(required_minor(spec.element()).0, needed, "{spec:?}");
             for allowed in 0..=4u32 {
@@ -426,14 +431,15 @@ mod tests {
                         matches!(
                             err,
                             Error::VersionTooOld {
-                                needed_minor: 1,
-                                allowed_minor: 0,
+                                needed_minor,
+                                allowed_minor,
                                 ..
-                            }
+                            } if needed_minor == needed && allowed_minor == allowed
                         ),
                         "{err:?}"
                     );
-                    assert!(err.to_string().contains("max_version=(1, 1)"), "{err}");
+                    let asked = format!("max_version=(1, {needed})");
+                    assert!(err.to_string().contains(&asked), "{err}");
                     assert_eq!(CountingOwner::releases(&count), 1, "owner released");
                 }
             }

@@ -201,7 +201,7 @@ class ShareResult(ctypes.Structure):
 # rsdlpack::ElementType::code: the named types, then raw-byte elements (fp8/fp6/fp4).
 ELEMENT_CODES = {name: i for i, name in enumerate(
     ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "bfloat16", "float32", "float64", "complex64", "complex128"])}
+     "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "bcomplex"])}
 RAW_CODE_BASE = 0x10000
 
 

@@ -8,7 +8,7 @@ import gc
 import numpy as np
 import pytest
 
-from rsdlpack_ctypes import ACCEPT_UNKNOWN_DEVICE_TYPES, BUFFER, INVALID, TENSOR_P, first_element, shape_of
+from rsdlpack_ctypes import ACCEPT_UNKNOWN_DEVICE_TYPES, BUFFER, ELEMENT_CODES, INVALID, PLAN_VIEW, TENSOR_P, first_element, shape_of
 
 IS_SUBBYTE_TYPE_PADDED = 4
 
@@ -140,5 +140,28 @@ def test_versioned_exports_need_a_max_version_that_covers_their_dtype(bridge):
     plain = exporter_of(bridge, np.arange(3.0))
     assert capsule_contents(plain.__dlpack__(max_version=(1, 0)))[0] == (1, 0)
     del exporter, plain
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
+
+
+def test_bcomplex_travels_both_ways_and_needs_dlpack_1_3(bridge):
+    """kDLBcomplex (code 18, complex of two bfloat16; after DLPack 1.3): planned as its own
+    element, exported only to consumers that accept 1.3, like the other post-1.0 codes."""
+    def bcomplex(managed):
+        managed.dl_tensor.dtype.code = 18  # same 32 bits as the float32 it was
+
+    source = np.arange(4, dtype=np.float32)
+    exporter = exporter_of(bridge, source, bcomplex)
+    with pytest.raises(BufferError, match=r"kDLBcomplex.*needs DLPack 1\.3.*max_version=\(1, 3\)"):
+        exporter.__dlpack__(max_version=(1, 2))
+    version, _ = capsule_contents(exporter.__dlpack__(max_version=(1, 3)))
+    assert version == (1, 3)
+    result, error = bridge.import_plan(exporter)
+    assert error is None, error
+    plan = result.plan
+    assert (plan.kind, plan.element_code, plan.dims_()) == (PLAN_VIEW, ELEMENT_CODES["bcomplex"], [4])
+    assert plan.parent_address == source.ctypes.data
+    bridge.release_handle(plan.tensor)
+    del exporter
     gc.collect()
     bridge.lib.rsdlpack_py_flush_releases()
