@@ -282,8 +282,14 @@ fn max_minor(request: &ExportRequest) -> Option<u32> {
 }
 
 /// DLPack 1.1 added the fp8/fp6/fp4 dtype codes (7..=17) and IS_SUBBYTE_TYPE_PADDED.
-fn needs_1_1(element: ElementType) -> bool {
-    (7..=17).contains(&element.to_dlpack().code.0)
+/// The DLPack 1.x minor version that introduced the element's dtype code (fp8/fp6/fp4: 1.1;
+/// kDLBcomplex: after 1.3, under 1.3).
+fn needed_minor(element: ElementType) -> u32 {
+    match element.to_dlpack().code.0 {
+        7..=17 => 1,
+        18 => 3,
+        _ => 0,
+    }
 }
 
 fn is_padded(element: ElementType) -> bool {
@@ -299,7 +305,7 @@ fn model(source: &Source, request: &ExportRequest) -> Result<ExportPlan, ErrorCo
     let to_host = match request.device {
         None => false,
         Some(wanted) if wanted == source.device => false,
-        Some(wanted) if kind.is_cuda() && wanted.kind == DeviceKind::Cpu => true,
+        Some(wanted) if kind.is_cuda() && wanted == Device::CPU => true,
         Some(_) => return Err(ErrorCode::Buffer),
     };
     let quiet = matches!(
@@ -320,9 +326,13 @@ fn model(source: &Source, request: &ExportRequest) -> Result<ExportPlan, ErrorCo
             return Err(ErrorCode::Buffer);
         }
         (false, Some(true)) => Memory::HostCopy,
+        // Pinned host memory and other devices cannot honour a stream.
+        (false, _) if !quiet && !matches!(kind, DeviceKind::Cpu | DeviceKind::Cuda | DeviceKind::CudaManaged) => {
+            return Err(ErrorCode::Buffer);
+        }
         (false, _) => Memory::Shared {
             consumer_stream: match request.stream {
-                _ if !cuda => None,
+                _ if !matches!(kind, DeviceKind::Cuda | DeviceKind::CudaManaged) => None,
                 StreamRequest::NoSync => None,
                 StreamRequest::Omitted | StreamRequest::LegacyDefault => Some(1),
                 StreamRequest::PerThreadDefault => Some(2),
@@ -337,7 +347,7 @@ fn model(source: &Source, request: &ExportRequest) -> Result<ExportPlan, ErrorCo
         None => Capsule::Legacy,
         Some(max) => {
             let claimed = max.min(CURRENT_MINOR);
-            if needs_1_1(source.element) && claimed < 1 {
+            if claimed < needed_minor(source.element) {
                 return Err(ErrorCode::Buffer);
             }
             Capsule::Versioned { minor: claimed }
@@ -376,7 +386,8 @@ fn check_plan(source: &Source, request: &ExportRequest, plan: &Result<ExportPlan
         Capsule::Versioned { minor } => {
             let max = max_minor(request).expect("a versioned request");
             assert!(minor <= max && minor <= CURRENT_MINOR, "{plan:?}");
-            if needs_1_1(source.element) || is_padded(source.element) {
+            assert!(minor >= needed_minor(source.element), "{plan:?} for {source:?}");
+            if is_padded(source.element) {
                 assert!(minor >= 1, "{plan:?} for {source:?}");
             }
         }
@@ -395,7 +406,8 @@ fn check_plan(source: &Source, request: &ExportRequest, plan: &Result<ExportPlan
             );
             assert_eq!(
                 consumer_stream.is_some(),
-                source.device.kind == DeviceKind::Cuda && request.stream != StreamRequest::NoSync
+                matches!(source.device.kind, DeviceKind::Cuda | DeviceKind::CudaManaged)
+                    && request.stream != StreamRequest::NoSync
             );
         }
         Memory::HostCopy | Memory::DeviceToHost => {
@@ -405,7 +417,7 @@ fn check_plan(source: &Source, request: &ExportRequest, plan: &Result<ExportPlan
     }
     if let Some(wanted) = request.device {
         assert!(
-            wanted == plan.device || (wanted.kind == DeviceKind::Cpu && plan.device == Device::CPU),
+            wanted == plan.device || (wanted == Device::CPU && plan.device == Device::CPU),
             "asked {wanted:?}, planned {plan:?}"
         );
     }

@@ -6,12 +6,16 @@
 //!
 //! The rules, in the order they refuse:
 //! 1. `dl_device` must be the source's device, except that CUDA, pinned (CUDAHost) and managed
-//!    (CUDAManaged) memory may be asked for on the host (`device_type` CPU): a copy to host
-//!    memory (refused with `copy=False`). Anything else is a `BufferError`.
+//!    (CUDAManaged) memory may be asked for on the host, `(CPU, 0)`: a copy to host memory
+//!    (refused with `copy=False`). Anything else is a `BufferError`, `(CPU, k)` for k ≠ 0
+//!    included (a host copy is labelled `(CPU, 0)`).
 //! 2. A CUDA source is shared, its consumer's stream (`stream.cuda_handle()`, none for -1)
 //!    ordered after the producer's; `copy=True` is refused (no device copies), and so is
 //!    `copy=False` with a host `dl_device`, which needs one.
-//! 3. Any other source: on the CPU, `stream` must be `None` or -1 (`ValueError`). The memory is
+//! 3. Any other source: on the CPU, `stream` must be `None` or -1 (`ValueError`). Shared
+//!    managed memory orders the consumer's stream as CUDA memory does; pinned host memory and
+//!    other devices (ROCm) refuse any other stream, which this exporter cannot honour
+//!    (`BufferError`). The memory is
 //!    shared unless `copy=True`, which makes a host copy (column-major, writable, IS_COPIED)
 //!    of host-readable memory and is refused for other devices (`BufferError`). The copy is
 //!    plain host memory, so pinned or managed memory is copied with `dl_device` absent or the
@@ -101,10 +105,15 @@ pub fn plan_export(source: &Source, request: &ExportRequest) -> BridgeResult<Exp
     // Memory the driver knows (device, pinned, managed) may be asked for on the host: a copy.
     if let Some(wanted) = request
         .device
-        .filter(|&d| d != device && !(device.kind.is_cuda() && d.kind == DeviceKind::Cpu))
+        .filter(|&d| d != device && !(device.kind.is_cuda() && d == Device::CPU))
     {
+        let host = if wanted.kind == DeviceKind::Cpu {
+            "; the host is dl_device=(CPU, 0)"
+        } else {
+            ""
+        };
         return Err(BridgeError::Buffer(format!(
-            "cannot export a tensor on {device:?} to dl_device {wanted:?}"
+            "cannot export a tensor on {device:?} to dl_device {wanted:?}{host}"
         )));
     }
     let memory = if is_cuda {
@@ -167,7 +176,7 @@ pub fn plan_export(source: &Source, request: &ExportRequest) -> BridgeResult<Exp
             }
             Some(true) => Memory::HostCopy,
             _ => Memory::Shared {
-                consumer_stream: None,
+                consumer_stream: shared_stream(device, request.stream)?,
             },
         }
     };
@@ -191,6 +200,23 @@ pub fn plan_export(source: &Source, request: &ExportRequest) -> BridgeResult<Exp
         is_copied,
         capsule,
     })
+}
+
+/// The consumer's stream to order after the producer's for shared memory that is not plain
+/// CUDA memory: managed memory is ordered as CUDA memory is; on the CPU the stream was checked
+/// before; pinned host memory and other devices cannot honour a stream.
+fn shared_stream(device: Device, stream: StreamRequest) -> BridgeResult<Option<usize>> {
+    match device.kind {
+        DeviceKind::CudaManaged => Ok(stream.cuda_handle()),
+        DeviceKind::Cpu => Ok(None),
+        _ if matches!(stream, StreamRequest::Omitted | StreamRequest::NoSync) => Ok(None),
+        _ => Err(BridgeError::Buffer(format!(
+            "stream={:?} cannot be honoured for a tensor on {device:?}: this exporter orders \
+             CUDA and CUDA-managed memory only; pass stream=None or -1 and order the producer's \
+             work yourself",
+            stream.to_value()
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +390,77 @@ mod tests {
             req.device = Some(own);
             let shared = plan_export(&src, &req).unwrap();
             assert_eq!(shared.device, own);
+        }
+    }
+
+    #[test]
+    fn the_host_is_cpu_0_and_a_copy_is_never_labelled_otherwise() {
+        for kind in [
+            DeviceKind::Cuda,
+            DeviceKind::CudaManaged,
+            DeviceKind::CudaHost,
+        ] {
+            let src = source(Device { kind, id: 0 }, ElementType::Float32, false);
+            let mut req = request(VersionRequest::Versioned { minor: 3 });
+            req.device = Some(Device {
+                kind: DeviceKind::Cpu,
+                id: 1,
+            });
+            let refused = plan_export(&src, &req).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::Buffer, "{kind:?}: {refused}");
+            assert!(
+                refused.to_string().contains("dl_device=(CPU, 0)"),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn streams_are_ordered_for_managed_memory_and_refused_where_they_cannot_be() {
+        let handle = StreamRequest::Handle(0x1000);
+        let managed = Device {
+            kind: DeviceKind::CudaManaged,
+            id: 1,
+        };
+        let mut req = request(VersionRequest::Versioned { minor: 3 });
+        req.stream = handle;
+        let plan = plan_export(&source(managed, ElementType::Float32, false), &req).unwrap();
+        assert_eq!(
+            plan.memory,
+            Memory::Shared {
+                consumer_stream: Some(0x1000)
+            }
+        );
+        req.stream = StreamRequest::Omitted;
+        let plan = plan_export(&source(managed, ElementType::Float32, false), &req).unwrap();
+        assert_eq!(
+            plan.memory,
+            Memory::Shared {
+                consumer_stream: Some(1)
+            },
+            "no stream means the legacy default stream, as for CUDA memory"
+        );
+        for kind in [DeviceKind::CudaHost, DeviceKind::Other(10)] {
+            let src = source(Device { kind, id: 0 }, ElementType::Float32, false);
+            for stream in [handle, StreamRequest::LegacyDefault] {
+                req.stream = stream;
+                let refused = plan_export(&src, &req).unwrap_err();
+                assert_eq!(refused.code(), ErrorCode::Buffer, "{kind:?}: {refused}");
+                assert!(
+                    refused.to_string().contains("stream=None or -1"),
+                    "{refused}"
+                );
+            }
+            for quiet in [StreamRequest::Omitted, StreamRequest::NoSync] {
+                req.stream = quiet;
+                let plan = plan_export(&src, &req).unwrap();
+                assert_eq!(
+                    plan.memory,
+                    Memory::Shared {
+                        consumer_stream: None
+                    }
+                );
+            }
         }
     }
 
