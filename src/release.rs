@@ -120,6 +120,15 @@ impl PendingRelease {
         self.fence.is_some()
     }
 
+    /// Waits on the host for the consumer's work without running the deleter yet (so that a
+    /// caller can wait without a lock the deleter needs, such as Python's GIL). A failure is
+    /// kept for [`Self::complete`].
+    pub fn wait(&mut self) {
+        if let Some(Err(error)) = self.fence.take().map(ReleaseFence::wait) {
+            self.error.get_or_insert(error);
+        }
+    }
+
     /// Waits on the host for the consumer's work, then runs the deleter — always, also after a
     /// failure, which it then returns (the first: recording, then waiting).
     pub fn complete(mut self) -> Result<()> {
@@ -127,12 +136,9 @@ impl PendingRelease {
     }
 
     fn finish(&mut self) -> Result<()> {
-        let waited = self.fence.take().map_or(Ok(()), ReleaseFence::wait);
+        self.wait();
         drop(self.managed.take());
-        match self.error.take() {
-            Some(error) => Err(error),
-            None => waited,
-        }
+        self.error.take().map_or(Ok(()), Err)
     }
 }
 

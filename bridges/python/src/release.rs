@@ -9,7 +9,8 @@
 //!
 //! Each release is a [`PendingRelease`]: for a CUDA tensor, events recorded on the streams its
 //! consumer used (see [`rsdlpack::release`]). A release at once waits for them on the host
-//! before the deleter runs. A queued one never waits in the call that drains it: a bridge call
+//! before the deleter runs (an entry point's with the GIL released meanwhile; a deleter's with
+//! it held, see [`release_forwarded`]). A queued one never waits in the call that drains it: a bridge call
 //! runs the deleters whose events have completed and leaves the rest queued, so that an import
 //! does not stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the explicit flush)
 //! waits for them all.
@@ -53,22 +54,32 @@ pub fn this_thread_holds_the_gil() -> bool {
     unsafe { PyGILState_Check() == 1 }
 }
 
-/// Releases `tensor` now when this thread holds the GIL (an explicit release, not a
-/// finalizer): waits for its consumer's GPU work, then runs the deleter, and returns what failed
-/// on the way (the deleter has run regardless). Else queues it like [`defer`].
-pub fn release_here_or_defer(tensor: PendingRelease) -> rsdlpack::Result<()> {
-    if this_thread_holds_the_gil() {
-        tensor.complete()
-    } else {
+/// Releases `tensor` now when this thread holds the GIL (an explicit release from a C entry
+/// point, not a finalizer): waits for its consumer's GPU work with the GIL released, so that
+/// other Python threads run meanwhile, then runs the deleter, and returns what failed on the
+/// way (the deleter has run regardless). Else queues it like [`defer`].
+pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()> {
+    if !this_thread_holds_the_gil() {
         defer(tensor);
-        Ok(())
+        return Ok(());
     }
+    if !tensor.is_ready() {
+        // SAFETY: this thread holds the GIL (just checked; see `this_thread_holds_the_gil`).
+        let py = unsafe { pyo3::Python::assume_attached() };
+        py.detach(|| tensor.wait());
+    }
+    tensor.complete()
 }
 
-/// [`release_here_or_defer`] as a forwarded tensor's release (see [`rewrap`]): a deleter has
-/// no caller to tell of a failure.
+/// A forwarded tensor's release (see [`rewrap`]): as [`release_here_or_defer`], but waiting with
+/// the GIL held, since a deleter may be called with locks of its caller held that another Python
+/// thread could need, and a deleter has no caller to tell of a failure.
 fn release_forwarded(tensor: PendingRelease) {
-    let _ = release_here_or_defer(tensor);
+    if this_thread_holds_the_gil() {
+        let _ = tensor.complete();
+    } else {
+        defer(tensor);
+    }
 }
 
 /// Queues `tensor` for the next bridge call that holds the GIL (or [`drain`]): never runs
@@ -90,9 +101,10 @@ pub enum Wait {
     Yes,
 }
 
-/// Releases queued tensors (all of them with [`Wait::Yes`]) and returns how many. Call with
-/// the GIL held (a `Python` token proves it).
-pub fn drain(_py: pyo3::Python<'_>, wait: Wait) -> usize {
+/// Releases queued tensors (all of them with [`Wait::Yes`], waiting for their GPU work with the
+/// GIL released) and returns how many. Call with the GIL held (a `Python` token proves it),
+/// from an entry point rather than a deleter (see [`release_forwarded`]).
+pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
     // Set under the lock after each push, cleared under the lock here: a push that this load
     // misses is drained by the next call.
     if !MAYBE_PENDING.load(Ordering::Acquire) {
@@ -114,9 +126,12 @@ pub fn drain(_py: pyo3::Python<'_>, wait: Wait) -> usize {
         MAYBE_PENDING.store(!pending.is_empty(), Ordering::Release);
         batch
     };
+    let mut batch = batch;
+    if wait == Wait::Yes && !batch.iter().all(PendingRelease::is_ready) {
+        py.detach(|| batch.iter_mut().for_each(PendingRelease::wait));
+    }
     let released = batch.len();
-    // Dropped outside the lock (waiting for the GPU where a fence still runs): a deleter may
-    // itself release a Python-produced tensor.
+    // Dropped outside the lock: a deleter may itself release a Python-produced tensor.
     drop(batch);
     released
 }
