@@ -209,8 +209,10 @@ function release_now!(owner::TensorOwner, stream::Int64=Int64(-1))
 end
 
 """
-For finalizers: only queues the release (no Python code, no lock, no task switch). The next
-RsDLPack call on the Python thread, or `flush_releases()`, runs the producer's deleter.
+For finalizers: only queues the release (no Python code, no lock, no task switch; a CUDA
+tensor gets an event on its import's stream, a driver call that does not wait). The next
+RsDLPack call on the Python thread runs the producer's deleter once that event has completed;
+`flush_releases()` waits for it.
 """
 function release_later!(owner::TensorOwner)
     handle = take_handle!(owner)
@@ -233,8 +235,9 @@ end
 
 Runs the deleters of Python-produced tensors whose release was queued (garbage-collected
 arrays: finalizers only queue, and the next RsDLPack call on the Python thread drains the
-queue anyway), and unroots Julia arrays whose exported tensors were released. Call it from the
-thread that runs Python. Returns how many Python releases ran.
+queue anyway, except CUDA tensors whose import stream's work is still running, which this waits
+for), and unroots Julia arrays whose exported tensors were released. Call it from the thread
+that runs Python. Returns how many Python releases ran.
 """
 function flush_releases()
     unroot_released!()

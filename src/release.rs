@@ -229,9 +229,18 @@ mod tests {
 
     /// Asserts what happens without a driver (CI); skipped by scripts/test.sh where one exists
     /// (tests_gpu covers it there).
+    fn require_no_driver() {
+        let here = crate::cuda::driver();
+        assert!(
+            matches!(here, Err(Error::NoCudaDriver)),
+            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
+             skips without_a_driver_* tests where a driver exists"
+        );
+    }
+
     #[test]
     fn without_a_driver_a_device_release_runs_the_deleter_and_says_why() {
-        assert!(matches!(crate::cuda::driver(), Err(Error::NoCudaDriver)));
+        require_no_driver();
         for kind in [
             DeviceKind::Cuda,
             DeviceKind::CudaManaged,
@@ -275,7 +284,7 @@ mod tests {
     /// its release on, which runs the producer's deleter once.
     #[test]
     fn without_a_driver_a_forwarded_device_tensor_is_released_once() {
-        assert!(matches!(crate::cuda::driver(), Err(Error::NoCudaDriver)));
+        require_no_driver();
         let (mut tensor, count) = tensor_on(CUDA0, 0x1000, &[4]);
         // SAFETY: without a driver no handle is ever dereferenced.
         unsafe { tensor.set_consumer_stream(StreamRequest::Handle(0x1230)) };
