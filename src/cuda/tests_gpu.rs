@@ -463,8 +463,11 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
     let context = device();
     let memory = DeviceAllocation::new(&context, 64 * 4);
     let gate = closed_gate();
-    // The consumer's work: a gate on the importing thread's per-thread default stream.
-    {
+    // The consumer's work: a gate on the importing thread's per-thread default stream. That
+    // thread stays alive (so does its per-thread stream) until the release is done.
+    let (enqueued, on_the_stream) = std::sync::mpsc::channel();
+    let (released, done) = std::sync::mpsc::channel::<()>();
+    let importer = {
         let (context, gate) = (Arc::clone(&context), Arc::clone(&gate));
         std::thread::spawn(move || {
             context.bind_to_thread().unwrap();
@@ -478,10 +481,11 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
                 )
             }
             .expect("cuLaunchHostFunc on the per-thread default stream");
+            enqueued.send(()).unwrap();
+            done.recv().unwrap();
         })
-        .join()
-        .unwrap();
-    }
+    };
+    on_the_stream.recv().unwrap();
     let (tensor, count) =
         imported_on_device(&memory, crate::stream::StreamRequest::PerThreadDefault);
     assert_eq!(tensor.consumer_stream(), Some(2));
@@ -495,5 +499,7 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
     release.complete().unwrap();
     assert_eq!(CountingOwner::releases(&count), 1);
     opener.join().unwrap();
+    released.send(()).unwrap();
+    importer.join().unwrap();
     assert!(!gate.timed_out.load(Ordering::SeqCst));
 }

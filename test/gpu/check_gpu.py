@@ -456,7 +456,7 @@ def _():
 def _():
     def queue_then_flush(handle, _caller):
         lib.release_later(handle)
-        assert lib.lib.rsdlpack_py_flush_releases() == 1
+        assert lib.lib.rsdlpack_py_flush_releases() >= 1
 
     corrupted, reused, host, _ = release_race(queue_then_flush)
     assert reused, "torch did not reuse the freed block: the check proves nothing"
