@@ -91,7 +91,8 @@ pub(crate) struct Imported {
     pub(crate) forwarding: crate::forward::Slot,
     pub(crate) managed: ManagedTensor,
     pub(crate) descriptor: TensorDescriptor,
-    /// The `CUstream` the consumer works on the tensor on (see [`ImportedTensor::set_consumer_stream`]).
+    /// The `CUstream` the consumer works on the tensor on
+    /// (see [`ImportedTensor::set_consumer_stream`]).
     pub(crate) consumer_stream: Option<usize>,
 }
 

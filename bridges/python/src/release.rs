@@ -10,10 +10,10 @@
 //! Each release is a [`PendingRelease`]: for a CUDA tensor, events recorded on the streams its
 //! consumer used (see [`rsdlpack::release`]). A release at once waits for them on the host
 //! before the deleter runs (an entry point's with the GIL released meanwhile; a deleter's with
-//! it held, see [`release_forwarded`]). A queued one never waits in the call that drains it: a bridge call
-//! runs the deleters whose events have completed and leaves the rest queued, so that an import
-//! does not stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the explicit flush)
-//! waits for them all.
+//! it held, see [`release_forwarded`]). A queued one never waits in the call that drains it:
+//! a bridge call runs the deleters whose events have completed and leaves the rest queued, so
+//! that an import does not stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the
+//! explicit flush) waits for them all.
 //!
 //! Every tensor the bridge hands out is re-wrapped as a versioned managed tensor whose deleter
 //! releases the producer's this way ([`rewrap`], [`rewrap_owned`]), so that consumers of the
