@@ -4,13 +4,14 @@
 //! (torch's caching allocator gives it to the next tensor allocated on its stream), so the
 //! work the consumer enqueued on the memory must be complete before the deleter runs. So an
 //! imported CUDA tensor remembers the stream its consumer named at import
-//! ([`ImportedTensor::set_consumer_stream`]: where the producer made the data ready, and where
-//! the consumer works on it), and releasing it ([`ImportedTensor::into_release`], or
-//! [`ImportedTensor::into_release_after`] with the releasing caller's stream as well) records
-//! an event on those streams. The [`PendingRelease`] it becomes runs the deleter only after
-//! the events: [`PendingRelease::complete`] (and dropping it) waits for them on the host, and
-//! a queue of releases asks [`PendingRelease::is_ready`] and keeps the ones that are not. Why
-//! the host waits rather than the producer's stream: [`crate::cuda::fence`].
+//! ([`crate::ImportedTensor::set_consumer_stream`]: where the producer made the data ready,
+//! and where the consumer works on it), and releasing it
+//! ([`crate::ImportedTensor::into_release`], or [`crate::ImportedTensor::into_release_after`]
+//! with the releasing caller's stream as well) records an event on those streams. The
+//! [`PendingRelease`] it becomes runs the deleter only after the events:
+//! [`PendingRelease::complete`] (and dropping it) waits for them on the host, and a queue of
+//! releases asks [`PendingRelease::is_ready`] and keeps the ones that are not. Why the host
+//! waits rather than the producer's stream: [`crate::cuda::fence`].
 //!
 //! Host memory, empty tensors and imports with `stream=-1` (the consumer said it orders
 //! itself) need no fence: their releases run the deleter at once and make no driver call.

@@ -10,7 +10,7 @@
 //! Each release is a [`PendingRelease`]: for a CUDA tensor, events recorded on the streams its
 //! consumer used (see [`rsdlpack::release`]). A release at once waits for them on the host
 //! before the deleter runs (an entry point's with the GIL released meanwhile; a deleter's with
-//! it held, see [`release_forwarded`]). A queued one never waits in the call that drains it:
+//! it held, see `release_forwarded`). A queued one never waits in the call that drains it:
 //! a bridge call runs the deleters whose events have completed and leaves the rest queued, so
 //! that an import does not stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the
 //! explicit flush) waits for them all.
@@ -103,7 +103,7 @@ pub enum Wait {
 
 /// Releases queued tensors (all of them with [`Wait::Yes`], waiting for their GPU work with the
 /// GIL released) and returns how many. Call with the GIL held (a `Python` token proves it),
-/// from an entry point rather than a deleter (see [`release_forwarded`]).
+/// from an entry point rather than a deleter (see `release_forwarded`).
 pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
     // Set under the lock after each push, cleared under the lock here: a push that this load
     // misses is drained by the next call.
