@@ -136,7 +136,8 @@ undefined behaviour. Arrays that `from_dlpack` copied are ordinary Julia arrays:
 
 For a `CuArray` the producer gets its memory back only once the kernels enqueued on it so far
 have finished — those on the stream it was imported on and those on the calling task's
-`CUDA.stream()` — so this waits for them; work on other streams must be synchronised first.
+`CUDA.stream()` — so this waits for them, blocking the thread (`CUDA.synchronize()` first waits
+CUDA.jl's way, yielding to other tasks); work on other streams must be synchronised first.
 """
 function unsafe_free!(A::AbstractArray)
     storage = storage_of(A)
