@@ -44,12 +44,19 @@ RsDLPack.storage_of(A::CuArray) = storage_keeper(A)
 RsDLPack.plan_target(::Type{<:CuArray}) = UInt32(1)
 RsDLPack.is_typed(::Type{<:CuArray{T,N}}) where {T,N} = true
 
-"Wraps the plan's parent as a CuArray whose memory keeper releases `owner` when collected."
+"""
+Wraps the plan's parent as a CuArray whose memory keeper releases `owner` when collected. The
+owner keeps the import's stream alive: the core orders the release after its work.
+"""
 function wrap_parent(::Type{T}, plan::ArrayPlan, dims::Dims, owner::TensorOwner) where {T}
     P = unsafe_wrap(CuArray, CuPtr{T}(plan.parent_address), dims; own=false)
+    owner.stream = CUDA.stream()
     RsDLPack.tie_to!(storage_keeper(P), owner)
     return P
 end
+
+# unsafe_free! also waits for the calling task's stream.
+RsDLPack.release_stream(::CuArray) = Int64(dlpack_stream(CUDA.stream()))
 
 function RsDLPack.wrap_imported(::Type{<:CuArray}, plan::ArrayPlan, owner::TensorOwner)
     T = RsDLPack.element_type(plan.element_code)

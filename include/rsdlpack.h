@@ -264,11 +264,14 @@ extern "C" {
  * When `out->plan.kind` is 0 (a view) or 2 (a copy), `out->plan.tensor` is an owned handle
  * for the release functions of this module; for 1 (empty) it is null and nothing is held. On
  * error nothing is held either (the producer's deleter has run) and `*out` means nothing.
- * `import_options` may be null (no stream, device or copy request to the producer).
+ * `import_options` may be null (no stream, device or copy request to the producer). A CUDA
+ * tensor remembers the stream `import_options` names (the legacy default stream when none; no
+ * stream for -1): its release waits for the work enqueued there.
  *
  * # Safety
  * `object` must be a live `PyObject*`; `plan_options` readable; `out` writable; `error_out`
- * null or writable.
+ * null or writable; a stream handle in `import_options` must be a live `CUstream` of the
+ * tensor's device until the tensor is released.
  */
 int32_t rsdlpack_py_import_plan(PyObject *object,
                                 const struct RsdlImportOptions *import_options,
@@ -289,8 +292,11 @@ int32_t rsdlpack_imported_copy_into(void *handle, uint8_t *address, size_t bytes
 
 /**
  * Releases the tensor behind `handle` now: its producer's deleter runs at once when this
- * thread holds the GIL, else at the next call that does. Null is ignored. For explicit
- * releases (`unsafe_free!`, error paths), not for finalizers.
+ * thread holds the GIL, else at the next call that does. A CUDA tensor's deleter runs after
+ * the work enqueued so far on the stream its import named: this thread waits for it when it
+ * holds the GIL. Null is ignored. For explicit releases (`unsafe_free!`, error paths), not for
+ * finalizers; `rsdlpack_imported_release_after` also orders after the caller's stream and
+ * reports failures.
  *
  * # Safety
  * `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`].
@@ -298,9 +304,29 @@ int32_t rsdlpack_imported_copy_into(void *handle, uint8_t *address, size_t bytes
 void rsdlpack_imported_release(void *handle);
 
 /**
- * Queues the tensor behind `handle` for release: runs no Python code and does not wait for
- * the GIL, so a finalizer may call it on any thread. The next call into this library that
- * holds the GIL (or `rsdlpack_py_flush_releases`) runs the producer's deleter. Null is ignored.
+ * As [`rsdlpack_imported_release`], for a caller that used the tensor on the CUDA stream
+ * `stream` too (a DLPack stream value: 1 legacy default, 2 per-thread default, a handle, or
+ * -1 for none): a CUDA tensor's deleter runs after the work enqueued so far on both the
+ * stream its import named and `stream`; `stream` is ignored for host memory. Null is ignored.
+ *
+ * The handle is consumed and the tensor released whatever happens; the return code (0, or an
+ * error code with a message) says whether the release could be ordered as asked: `stream=0`
+ * is refused (code 1; the release is still ordered after the import's stream), and a driver
+ * call that failed (no driver: code 2; a destroyed stream: code 1) leaves the deleter run
+ * after whatever could be waited for.
+ *
+ * # Safety
+ * `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`]; `stream`
+ * -1, 1, 2 or a live `CUstream` of the tensor's device; `error_out` null or writable.
+ */
+int32_t rsdlpack_imported_release_after(void *handle, int64_t stream, char **error_out);
+
+/**
+ * Queues the tensor behind `handle` for release: runs no Python code and waits for neither the
+ * GIL nor the GPU, so a finalizer may call it on any thread. A CUDA tensor gets an event
+ * recorded on the stream its import named (a driver call that does not wait). The next call
+ * into this library that holds the GIL runs the producer's deleter once that event has
+ * completed (`rsdlpack_py_flush_releases` waits for it). Null is ignored.
  *
  * # Safety
  * `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`].
@@ -343,9 +369,13 @@ size_t rsdlpack_struct_size(uint32_t which);
  * `rsdlpack_tensor_release` (or hand it to another owner); its deleter may be called from any
  * thread. `options` may be null (no stream, device or copy request). If the producer is too
  * old to be asked for a copy, none is made here: the caller's layout plan copies instead.
+ * A CUDA tensor remembers the stream `options` names (the legacy default stream when none; no
+ * stream for -1): its release waits for the work enqueued there.
  *
  * # Safety
- * `object` must be a live `PyObject*`; `out` a writable pointer; `error_out` null or writable.
+ * `object` must be a live `PyObject*`; `out` a writable pointer; `error_out` null or writable;
+ * a stream handle in `options` must be a live `CUstream` of the tensor's device until the
+ * tensor is released.
  */
 int32_t rsdlpack_py_import(PyObject *object,
                            const struct RsdlImportOptions *options,
@@ -420,7 +450,10 @@ int32_t rsdlpack_cuda_order_streams(int32_t device,
 
 /**
  * Releases a managed tensor now (its deleter runs; a Python producer's is deferred to a
- * thread holding the GIL). Null is ignored.
+ * thread holding the GIL). A tensor from `rsdlpack_py_import` of CUDA memory is released after
+ * the work enqueued so far on the stream its import named: at once, the calling thread waits
+ * for it when it holds the GIL; otherwise the queued release waits (see
+ * `rsdlpack_py_flush_releases`). Null is ignored.
  *
  * # Safety
  * `tensor` must be null or an owned `DLManagedTensorVersioned*` that is not used afterwards.
@@ -429,7 +462,9 @@ void rsdlpack_tensor_release(DLManagedTensorVersioned *tensor);
 
 /**
  * Releases every Python-produced tensor whose release was deferred; returns how many. Takes
- * the GIL (blocks until it is available): call it from a thread that may wait for Python.
+ * the GIL (blocks until it is available) and waits for the GPU work that queued CUDA tensors'
+ * consumers enqueued on them (ordinary calls release only those whose work has completed):
+ * call it from a thread that may wait for Python and the GPU.
  */
 size_t rsdlpack_py_flush_releases(void);
 

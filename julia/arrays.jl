@@ -133,6 +133,11 @@ garbage collector finds `A` unreachable: the producer's memory may be freed at o
 matters for GPU memory. `A` and every view of it must not be used afterwards — reading it is
 undefined behaviour. Arrays that `from_dlpack` copied are ordinary Julia arrays: this throws an
 `ArgumentError` for them (and for any other array).
+
+For a `CuArray` the producer gets its memory back only once the kernels enqueued on it so far
+have finished — those on the stream it was imported on and those on the calling task's
+`CUDA.stream()` — so this waits for them, blocking the thread (`CUDA.synchronize()` first waits
+CUDA.jl's way, yielding to other tasks); work on other streams must be synchronised first.
 """
 function unsafe_free!(A::AbstractArray)
     storage = storage_of(A)
@@ -140,6 +145,9 @@ function unsafe_free!(A::AbstractArray)
     owner === nothing && throw(ArgumentError(
         "unsafe_free!: this array does not share a DLPack tensor's memory (a copy, not from " *
         "from_dlpack, already freed, or a reshape made on Julia 1.10)"))
-    release_now!(owner)
+    release_now!(owner, release_stream(A))
     return nothing
 end
+
+"The stream (a DLPack value; -1: none) `unsafe_free!(A)` also orders after; the CUDA extension answers for CuArrays."
+release_stream(A::AbstractArray) = parent(A) === A ? Int64(-1) : release_stream(parent(A))

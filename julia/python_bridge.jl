@@ -99,7 +99,7 @@ const PYTHON_SYMBOLS_LOCK = ReentrantLock()
 # take no lock).
 const IMPORT_PLAN = Ref{Ptr{Cvoid}}(C_NULL)
 const SHARE = Ref{Ptr{Cvoid}}(C_NULL)
-const RELEASE_NOW = Ref{Ptr{Cvoid}}(C_NULL)
+const RELEASE_AFTER = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_LATER = Ref{Ptr{Cvoid}}(C_NULL)
 
 "Loads the Python bridge (called by the Python extensions' `__init__`)."
@@ -116,7 +116,7 @@ function load_python_bridge!()
         end
         IMPORT_PLAN[] = Libdl.dlsym(library, :rsdlpack_py_import_plan)
         SHARE[] = Libdl.dlsym(library, :rsdlpack_py_share)
-        RELEASE_NOW[] = Libdl.dlsym(library, :rsdlpack_imported_release)
+        RELEASE_AFTER[] = Libdl.dlsym(library, :rsdlpack_imported_release_after)
         RELEASE_LATER[] = Libdl.dlsym(library, :rsdlpack_imported_release_later)
         PYTHON_BRIDGE[] = library
     end
@@ -182,24 +182,37 @@ end
 
 Owns one imported tensor's handle. The handle is taken out atomically, so whichever of
 `release_now!` (explicit) and `release_later!` (the storage's finalizer) comes first releases
-the tensor and the other does nothing.
+the tensor and the other does nothing. `stream` keeps the stream object a CUDA tensor was
+imported on alive as long as the tensor: its release waits for that stream's work.
 """
 mutable struct TensorOwner
     @atomic handle::Ptr{Cvoid}
+    stream::Any
+    TensorOwner(handle::Ptr{Cvoid}) = new(handle, nothing)
 end
 
 take_handle!(owner::TensorOwner) = @atomicswap owner.handle = C_NULL
 
-"Releases the tensor now: its producer's deleter runs at once on the thread that holds the GIL."
-function release_now!(owner::TensorOwner)
+"""
+Releases the tensor now: its producer's deleter runs at once on the thread that holds the GIL,
+for a CUDA tensor once the work enqueued so far on the stream it was imported on, and on
+`stream` (a DLPack stream value; -1 for none), is complete. Throws a `DLPackError` when that
+ordering failed; the tensor is released regardless.
+"""
+function release_now!(owner::TensorOwner, stream::Int64=Int64(-1))
     handle = take_handle!(owner)
-    handle == C_NULL || ccall(RELEASE_NOW[], Cvoid, (Ptr{Cvoid},), handle)
+    handle == C_NULL && return nothing
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = ccall(RELEASE_AFTER[], Int32, (Ptr{Cvoid}, Int64, Ref{Ptr{UInt8}}), handle, stream, message)
+    code == 0 || throw(bridge_error(code, message[]))
     return nothing
 end
 
 """
-For finalizers: only queues the release (no Python code, no lock, no task switch). The next
-RsDLPack call on the Python thread, or `flush_releases()`, runs the producer's deleter.
+For finalizers: only queues the release (no Python code, no lock, no task switch; a CUDA
+tensor gets an event on its import's stream, a driver call that does not wait). The next
+RsDLPack call on the Python thread runs the producer's deleter once that event has completed;
+`flush_releases()` waits for it.
 """
 function release_later!(owner::TensorOwner)
     handle = take_handle!(owner)
@@ -222,8 +235,9 @@ end
 
 Runs the deleters of Python-produced tensors whose release was queued (garbage-collected
 arrays: finalizers only queue, and the next RsDLPack call on the Python thread drains the
-queue anyway), and unroots Julia arrays whose exported tensors were released. Call it from the
-thread that runs Python. Returns how many Python releases ran.
+queue anyway, except CUDA tensors whose import stream's work is still running, which this waits
+for), and unroots Julia arrays whose exported tensors were released. Call it from the thread
+that runs Python. Returns how many Python releases ran.
 """
 function flush_releases()
     unroot_released!()

@@ -21,8 +21,9 @@ export PYO3_PYTHON="$VENV/bin/python"
 PYTHONPATH="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 export PYTHONPATH
 # The library Julia and ctypes load: no libpython link (symbols come from the host process).
-# Built in its own target dir, since the environment variable changes pyo3's build.
-EXT_TARGET="$ROOT/target/ext"
+# Built in its own target dir, since the environment variable changes pyo3's build; under
+# CARGO_TARGET_DIR when that is set, like every other cargo step.
+EXT_TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/ext"
 # Built as deps/build.jl builds it (no interpreter needed: abi3).
 build_python_bridge() {
     env -u PYO3_PYTHON PYO3_NO_PYTHON=1 PYO3_BUILD_EXTENSION_MODULE=1 \

@@ -8,6 +8,8 @@
 # On the GPU machine (Python with torch, cupy and jax; no Rust, no network), from a checkout of
 # the repository with test/gpu/lib/ copied in, run:
 #     bash test/gpu/run.sh
+# Where several checkouts share one target dir, give this one its own (CARGO_TARGET_DIR=...):
+# cargo names a workspace's artefacts alike in every checkout, so it could stage another's.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 build_python_bridge

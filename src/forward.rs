@@ -18,13 +18,15 @@ use crate::described::dl_tensor_of;
 use crate::error::Result;
 use crate::export::{claimed_minor, flags};
 use crate::imported::{Imported, ImportedTensor, ManagedTensor};
+use crate::release::PendingRelease;
 use dlpark::Managed;
 use dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use std::mem::{MaybeUninit, offset_of};
 
-/// Disposes of the producer's tensor when the forwarded one is released (dropping it runs the
-/// producer's deleter; a bridge may defer that instead).
-pub type Release = fn(ManagedTensor);
+/// Disposes of the producer's tensor when the forwarded one is released: dropping the
+/// [`PendingRelease`] waits for the consumer's work on it, then runs the producer's deleter; a
+/// bridge may defer that instead.
+pub type Release = fn(PendingRelease);
 
 /// Room in an imported tensor's allocation for the header it is forwarded under. Unwritten
 /// until then.
@@ -54,7 +56,8 @@ unsafe impl Sync for Slot {}
 const _: () = assert!(offset_of!(Imported, forwarding) == 0 && offset_of!(Slot, header) == 0);
 
 /// `tensor` as a versioned managed tensor over the same memory and metadata, whose deleter
-/// hands the producer's tensor to `release`. On error (an element type that needs a newer
+/// hands the producer's tensor to `release`, ordered after the consumer's stream the tensor
+/// remembers ([`ImportedTensor::into_release`]). On error (an element type that needs a newer
 /// DLPack than this library speaks) the producer's tensor goes to `release` before returning.
 pub fn forward_versioned(
     tensor: ImportedTensor,
@@ -64,7 +67,7 @@ pub fn forward_versioned(
     let minor = match claimed_minor(descriptor.element(), DLPackVersion::CURRENT.minor) {
         Ok(minor) => minor,
         Err(error) => {
-            release(tensor.into_managed());
+            release(tensor.into_release());
             return Err(error);
         }
     };
@@ -118,14 +121,11 @@ unsafe extern "C" fn delete_forwarded(header: *mut DLManagedTensorVersioned) {
     // by `Box` and handed on by `forward_versioned` (offsets asserted above), and DLPack calls
     // the deleter once.
     let imported = unsafe { Box::from_raw(header.cast::<Imported>()) };
-    let Imported {
-        forwarding,
-        managed,
-        ..
-    } = *imported;
-    let release = forwarding.release.expect("set when forwarded");
     // A panic must not cross this `extern "C"` boundary; the tensor is then leaked.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| release(managed)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let release = imported.forwarding.release.expect("set when forwarded");
+        release(ImportedTensor::from_box(imported).into_release());
+    }));
 }
 
 #[cfg(test)]
@@ -184,7 +184,7 @@ mod tests {
     }
 
     /// A release that counts, then drops the producer's tensor.
-    fn counting(tensor: ManagedTensor) {
+    fn counting(tensor: PendingRelease) {
         RELEASED.set(RELEASED.get() + 1);
         drop(tensor);
     }
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_panicking_release_does_not_unwind_into_the_caller() {
-        fn panicking(tensor: ManagedTensor) {
+        fn panicking(tensor: PendingRelease) {
             std::mem::forget(tensor);
             panic!("a release that fails");
         }

@@ -4,9 +4,16 @@
 //! drop calls the producer's deleter) together with the [`TensorDescriptor`] validated when
 //! ownership was taken. The producer's deleter therefore runs exactly once: when the
 //! `ImportedTensor` is dropped, or — if validation fails — before the constructor returns.
+//!
+//! A tensor a consumer may use on a GPU is released through [`ImportedTensor::into_release`]
+//! instead of being dropped: that orders the deleter after the consumer's work on the memory
+//! (see [`crate::release`]). Dropping an `ImportedTensor` runs the deleter without waiting,
+//! which is right only before anyone has used it (the import's own error paths).
 
 use crate::descriptor::TensorDescriptor;
 use crate::error::{Error, Result};
+use crate::release::PendingRelease;
+use crate::stream::StreamRequest;
 use dlpark::Managed;
 use dlpark::dlpack::FromRawError;
 use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
@@ -84,6 +91,9 @@ pub(crate) struct Imported {
     pub(crate) forwarding: crate::forward::Slot,
     pub(crate) managed: ManagedTensor,
     pub(crate) descriptor: TensorDescriptor,
+    /// The `CUstream` the consumer works on the tensor on
+    /// (see [`ImportedTensor::set_consumer_stream`]).
+    pub(crate) consumer_stream: Option<usize>,
 }
 
 impl ImportedTensor {
@@ -94,6 +104,7 @@ impl ImportedTensor {
             forwarding: crate::forward::Slot::EMPTY,
             managed,
             descriptor: TensorDescriptor::empty(),
+            consumer_stream: None,
         });
         let Imported {
             managed,
@@ -111,6 +122,7 @@ impl ImportedTensor {
             forwarding: crate::forward::Slot::EMPTY,
             managed,
             descriptor,
+            consumer_stream: None,
         }))
     }
 
@@ -118,9 +130,61 @@ impl ImportedTensor {
         &self.0.descriptor
     }
 
-    /// Gives up the descriptor and returns the still-owned managed tensor.
+    /// Gives up the descriptor and returns the still-owned managed tensor, forgetting the
+    /// consumer's stream: its release is no longer ordered (see [`Self::into_release`]).
     pub fn into_managed(self) -> ManagedTensor {
         self.0.managed
+    }
+
+    /// Remembers the stream a consumer asked the producer to make the tensor ready on (the
+    /// import's `stream` request): the consumer works on the tensor there, so its release
+    /// waits for that stream's work ([`Self::into_release`]). Only memory a device can use
+    /// has one (see [`crate::release::ordering_device`]); `stream=-1` (the consumer orders
+    /// itself) remembers none, and a request without a stream means the legacy default
+    /// stream, as it does for the producer.
+    ///
+    /// # Safety
+    /// The stream `request` names must be a default stream (1, 2, or omitted) or a live
+    /// `CUstream` of the tensor's device, and stay live until the tensor is released.
+    pub unsafe fn set_consumer_stream(&mut self, request: StreamRequest) {
+        let on_device = crate::release::ordering_device(&self.0.descriptor).is_some();
+        self.0.consumer_stream = request.cuda_handle().filter(|_| on_device);
+    }
+
+    /// The `CUstream` remembered by [`Self::set_consumer_stream`], if any.
+    pub fn consumer_stream(&self) -> Option<usize> {
+        self.0.consumer_stream
+    }
+
+    /// Releases the tensor after the work enqueued so far on its consumer's stream: an event
+    /// is recorded there now, and the [`PendingRelease`] runs the deleter once it completes.
+    pub fn into_release(self) -> PendingRelease {
+        // SAFETY: no caller stream; the consumer's is live (`set_consumer_stream`'s contract).
+        unsafe { self.release_after(None) }
+    }
+
+    /// As [`Self::into_release`], ordered after the work enqueued so far on `caller` (a
+    /// `CUstream`: 1, 2 or a handle) as well, for a device tensor; ignored for host memory.
+    ///
+    /// # Safety
+    /// `caller` must be 1, 2 or a live `CUstream` of the tensor's device.
+    pub unsafe fn into_release_after(self, caller: usize) -> PendingRelease {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.release_after(Some(caller)) }
+    }
+
+    /// # Safety
+    /// As [`Self::into_release_after`], for `caller` when it is `Some`.
+    unsafe fn release_after(self, caller: Option<usize>) -> PendingRelease {
+        let Imported {
+            managed,
+            descriptor,
+            consumer_stream,
+            ..
+        } = *self.0;
+        // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract), the
+        // caller's by this function's.
+        unsafe { PendingRelease::after(managed, &descriptor, consumer_stream, caller) }
     }
 
     /// The tensor as one pointer to its allocation (aligned to at least 8 bytes), for handles
@@ -139,6 +203,12 @@ impl ImportedTensor {
     /// The allocation itself, for [`crate::forward`].
     pub(crate) fn into_box(self) -> Box<Imported> {
         self.0
+    }
+
+    /// An allocation [`Self::into_box`] gave up, owned again (its forwarding slot is plain
+    /// data and is ignored).
+    pub(crate) fn from_box(imported: Box<Imported>) -> Self {
+        Self(imported)
     }
 }
 

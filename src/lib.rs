@@ -9,7 +9,8 @@
 //!   handed on with a deleter of ours, its metadata not copied; [`described`]: an export whose
 //!   owner keeps the descriptor, its metadata not copied either;
 //! - [`stream`]: DLPack's stream values, typed; [`cuda`]: pointer checks, stream ordering by
-//!   events, stream descriptions and device → host copies, on a driver loaded at run time.
+//!   events, stream descriptions and device → host copies, on a driver loaded at run time;
+//! - [`release`]: an imported tensor's deleter ordered after its consumer's GPU work.
 //!
 //! The bridges above (Python, Julia) only translate: they never decide layout or ownership.
 
@@ -25,6 +26,7 @@ pub mod export;
 pub mod forward;
 pub mod imported;
 pub mod layout;
+pub mod release;
 pub mod stream;
 
 #[cfg(test)]
@@ -37,6 +39,7 @@ pub use dtype::ElementType;
 pub use error::{Error, ErrorKind, Result};
 pub use imported::{ImportedTensor, ManagedTensor};
 pub use layout::{Access, CopyPolicy, IndexOrder, LayoutPlan, ViewPlan};
+pub use release::PendingRelease;
 
 /// Re-exported so that the bridges name the same DLPack types.
 pub use dlpark;

@@ -42,6 +42,9 @@ else
             CUDA.@allowscalar A[1, 2] = 42  # written on the task-local stream, seen by torch after a sync
             CUDA.synchronize()
             @test pyconvert(Float64, t[0, 1].item()) == 42
+            # unsafe_free! also waits for the task's stream, views included (test/gpu/check_gpu.py
+            # proves the ordering against torch's allocator).
+            @test RsDLPack.release_stream(view(A, :, 1)) == RsDLPack.release_stream(A) != -1
             RsDLPack.unsafe_free!(A)
         end
         @testset "typed CuArray forms" begin

@@ -56,6 +56,8 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
         RsDLPack.release_now!(owner)    # nothing left to release: no call into the bridge
         RsDLPack.release_later!(owner)
         @test RsDLPack.take_handle!(owner) == C_NULL
+        # Host arrays, wrapped or not, name no stream for unsafe_free! to wait for.
+        @test RsDLPack.release_stream(PermutedDimsArray(view(zeros(2, 2), :, 1:2), (2, 1))) == -1
     end
     @testset "codes and messages" begin
         @test RsDLPack.index_order_code(:producer) == 0x00

@@ -12,9 +12,12 @@
 //! - [`pointer`]: does a CUDA tensor's pointer really live where its DLPack device says?
 //! - [`order`]: make a consumer's stream wait for a producer's, with an event (never a
 //!   device-wide synchronisation);
+//! - [`fence`]: events on a consumer's streams that an imported tensor's release waits for
+//!   before the producer's deleter runs (see [`crate::release`]);
 //! - [`stream_info`]: what a raw `CUstream` belongs to (context, device, flags, priority);
 //! - [`to_host`]: a device tensor copied to host memory (for `dl_device=(CPU, 0)`).
 
+pub mod fence;
 pub mod order;
 pub mod pointer;
 pub mod stream_info;
@@ -137,6 +140,14 @@ mod tests {
         };
         assert!(matches!(described, Err(Error::NoCudaDriver)));
         assert!(matches!(ordered, Err(Error::NoCudaDriver)));
+        // SAFETY: without a driver it returns before any handle is used.
+        let (fence, recorded) = unsafe { fence::ReleaseFence::record(0, 0x1234, Some(2)) };
+        assert!(matches!(recorded, Err(Error::NoCudaDriver)));
+        assert!(
+            fence.is_complete(),
+            "a fence that recorded nothing waits for nothing"
+        );
+        fence.wait().unwrap();
         let cuda = crate::Device {
             kind: crate::DeviceKind::Cuda,
             id: 0,

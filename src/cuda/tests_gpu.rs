@@ -1,6 +1,6 @@
 //! The CUDA paths against a real driver and device 0: pointer checks on memory the driver
-//! allocated, stream ordering between two created streams, stream descriptions and device →
-//! host copies.
+//! allocated, stream ordering between two created streams, stream descriptions, device →
+//! host copies, and releases that wait for their consumer's streams.
 //!
 //! Every test here is `#[ignore = "needs a CUDA driver"]`: CI (no driver) lists them as
 //! ignored, and the GPU run (`scripts/gpu_check.sh` stages this test binary, `test/gpu/run.sh`
@@ -360,4 +360,146 @@ fn copy_to_host_brings_compact_and_strided_device_tensors_back() {
         read_back(&on(CUDA0, address + 11 * 4, &[6], &[-2])),
         vec![11., 9., 7., 5., 3., 1.]
     );
+}
+
+/// A tensor over `memory` (64 Float32 on device 0) whose owner counts releases, remembering
+/// `consumer` as its consumer's stream.
+fn imported_on_device(
+    memory: &DeviceAllocation,
+    consumer: crate::stream::StreamRequest,
+) -> (crate::ImportedTensor, Arc<std::sync::atomic::AtomicUsize>) {
+    let spec = on(CUDA0, memory.0, &[64], &[1]);
+    let (owner, count) = crate::test_support::CountingOwner::new();
+    let managed = crate::export::export_versioned(&spec, owner, 3).unwrap();
+    let mut tensor = crate::ImportedTensor::new(crate::ManagedTensor::Versioned(managed)).unwrap();
+    // SAFETY: the streams the tests name are live streams of device 0 (or default streams)
+    // that outlive the tensor's release.
+    unsafe { tensor.set_consumer_stream(consumer) };
+    (tensor, count)
+}
+
+/// Opens `gate` after `delay`, from another thread.
+fn open_later(gate: &Arc<Gate>, delay: Duration) -> std::thread::JoinHandle<()> {
+    let gate = Arc::clone(gate);
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        gate.open.store(true, Ordering::SeqCst);
+    })
+}
+
+fn closed_gate() -> Arc<Gate> {
+    Arc::new(Gate {
+        open: AtomicBool::new(false),
+        timed_out: AtomicBool::new(false),
+    })
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_release_waits_on_the_host_for_the_consumers_stream_then_runs_the_deleter() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let consumer = context.new_stream().unwrap();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let (tensor, count) = imported_on_device(
+        &memory,
+        crate::stream::StreamRequest::Handle(consumer.cu_stream() as usize),
+    );
+    let gate = closed_gate();
+    close(&consumer, &gate);
+
+    let release = tensor.into_release();
+    assert!(release.is_ordered());
+    assert!(!release.is_ready(), "the consumer's stream is still busy");
+    assert_eq!(CountingOwner::releases(&count), 0);
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
+    release.complete().unwrap();
+    let waited = started.elapsed();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    opener.join().unwrap();
+    consumer.synchronize().unwrap();
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the deleter ran after {waited:?}, before the consumer's work was done"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_release_after_the_callers_stream_waits_for_it_too_and_a_queue_can_ask_without_waiting() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let consumer = context.new_stream().unwrap();
+    let caller = context.new_stream().unwrap();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let (tensor, count) = imported_on_device(
+        &memory,
+        crate::stream::StreamRequest::Handle(consumer.cu_stream() as usize),
+    );
+    let gate = closed_gate();
+    close(&caller, &gate);
+
+    // SAFETY: a live stream of device 0.
+    let release = unsafe { tensor.into_release_after(caller.cu_stream() as usize) };
+    // Asking never waits: the host returns while the caller's stream is busy.
+    let started = Instant::now();
+    assert!(!release.is_ready(), "the caller's stream is still busy");
+    assert!(started.elapsed() < Duration::from_millis(100));
+    gate.open.store(true, Ordering::SeqCst);
+    caller.synchronize().unwrap();
+    assert!(release.is_ready());
+    assert_eq!(CountingOwner::releases(&count), 0);
+    release.complete().unwrap();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let gate = closed_gate();
+    // The consumer's work: a gate on the importing thread's per-thread default stream. That
+    // thread stays alive (so does its per-thread stream) until the release is done.
+    let (enqueued, on_the_stream) = std::sync::mpsc::channel();
+    let (released, done) = std::sync::mpsc::channel::<()>();
+    let importer = {
+        let (context, gate) = (Arc::clone(&context), Arc::clone(&gate));
+        std::thread::spawn(move || {
+            context.bind_to_thread().unwrap();
+            // SAFETY: the per-thread default stream of this thread; `gate` outlives the work
+            // (the test waits for the release, which waits for the gate).
+            unsafe {
+                result::stream::launch_host_function(
+                    2 as sys::CUstream,
+                    hold_until_open,
+                    Arc::as_ptr(&gate).cast_mut().cast(),
+                )
+            }
+            .expect("cuLaunchHostFunc on the per-thread default stream");
+            enqueued.send(()).unwrap();
+            done.recv().unwrap();
+        })
+    };
+    on_the_stream.recv().unwrap();
+    let (tensor, count) =
+        imported_on_device(&memory, crate::stream::StreamRequest::PerThreadDefault);
+    assert_eq!(tensor.consumer_stream(), Some(2));
+    // Released on this thread, whose own per-thread stream is idle.
+    let release = tensor.into_release();
+    assert!(
+        !release.is_ready(),
+        "recorded on the legacy default stream, the fence waits for the other thread's work"
+    );
+    let opener = open_later(&gate, Duration::from_millis(200));
+    release.complete().unwrap();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    opener.join().unwrap();
+    released.send(()).unwrap();
+    importer.join().unwrap();
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
 }

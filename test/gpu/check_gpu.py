@@ -6,12 +6,20 @@ torch, cupy and jax (CUDA builds). Needs no Rust there: it drives the prebuilt P
 
 (test/gpu/run.sh runs this, then the core's Rust GPU tests staged next to the library.)
 
-Every check asserts; the last line reads "N passed, M failed" and the exit status is 1 on any
-failure. It takes a few seconds (one ~1 s sleep kernel per ordering check).
+Every check asserts; the last line reads "N passed, M failed, K skipped" and the exit status is
+1 on any failure, 2 when checks were skipped (no torch or no GPU here: nothing was proven), 0
+otherwise. It takes several seconds (one ~1 s sleep kernel per ordering or release check).
+
+The release checks run one check in a child process with RSDLPACK_TEST_UNORDERED_RELEASES=1
+(the library then orders no release; `--unordered-release-child` selects that child's work), to
+show that the race they guard against is real and that the check detects it.
 """
 
 import ctypes
+import json
+import os
 import pathlib
+import subprocess
 import sys
 import time
 import traceback
@@ -21,10 +29,28 @@ from rsdlpack_ctypes import Bridge, ImportOptions, PlanOptions, first_element, s
 
 KDLCUDA = 2
 RESULTS = []
+UNORDERED_CHILD = "--unordered-release-child"
+CHILD = UNORDERED_CHILD in sys.argv[1:]
+ARGS = [a for a in sys.argv[1:] if a != UNORDERED_CHILD]
+LIBRARY = ARGS[0] if ARGS else str(pathlib.Path(__file__).parent / "lib" / "librsdlpack_python.so")
+
+try:
+    import torch
+except ImportError as e:
+    torch = None
+    SKIP = f"torch is not importable here ({e})"
+else:
+    SKIP = None if torch.cuda.is_available() else "torch sees no GPU here"
 
 
 def check(name):
     def run(fn):
+        if CHILD:
+            return fn  # the unordered child runs only its race, reported to the parent
+        if SKIP is not None:
+            RESULTS.append((name, None, SKIP))
+            print(f"SKIP {name}: {SKIP}", flush=True)
+            return fn
         try:
             detail = fn()
             RESULTS.append((name, True, detail or ""))
@@ -36,12 +62,11 @@ def check(name):
     return run
 
 
-lib = Bridge(sys.argv[1] if len(sys.argv) > 1 else str(pathlib.Path(__file__).parent / "lib" / "librsdlpack_python.so"), ctypes.CDLL)
-
-import torch  # noqa: E402
-
-assert torch.cuda.is_available(), "torch sees no GPU"
-torch.cuda.init()
+# Loaded as Julia loads it (ccall: the GIL stays held during each call, so explicit releases run
+# their deleters at once), and as a plain CDLL (the GIL released around each call: releases
+# are queued).
+lib = Bridge(LIBRARY, ctypes.CDLL)
+lib_gil = Bridge(LIBRARY, ctypes.PyDLL)
 
 
 def cuda_options(stream):
@@ -59,7 +84,9 @@ def sleep_cycles_for(seconds):
     return int(cycles * seconds * 1000.0 / start.elapsed_time(end))
 
 
-SLEEP = sleep_cycles_for(1.0)
+if SKIP is None:
+    torch.cuda.init()
+    SLEEP = sleep_cycles_for(1.0)
 
 
 @check("the driver is found")
@@ -301,7 +328,158 @@ def _():
     return f"parent at {plan.parent_address:#x}"
 
 
-passed = sum(ok for _, ok, _ in RESULTS)
-failed = len(RESULTS) - passed
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Release ordering. An imported CUDA tensor's release waits for the work enqueued on the stream
+# its import named (and, for rsdlpack_imported_release_after, on the caller's stream) before
+# the producer's deleter runs. The race: torch's caching allocator hands a freed block at once
+# to the next tensor allocated on the stream the block came from, so a Julia kernel still
+# reading the imported memory would read the new tensor's values.
+
+RACE_N = 1 << 24  # 64 MiB of float32
+
+
+def aliasing_view(address, n):
+    """A torch tensor over `n` float32 at `address` that owns nothing (CUDA array interface)."""
+    class Memory:
+        __cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (address, False), "version": 2}
+    return torch.as_tensor(Memory(), device="cuda")
+
+
+def release_race(release, read_on_caller_stream=False):
+    """Imports a torch tensor of ones for a consumer stream C (the import's stream, as Julia's
+    CUDA.stream()), lets torch drop its own reference (the import then holds the block), and
+    enqueues the consumer's work: a ~1 s kernel, then a read of the imported memory (on C, or on
+    a second stream K when `read_on_caller_stream`). Then `release(handle, K)` runs, and at once
+    torch allocates a tensor of the same size on the stream the block came from and writes -1.
+
+    Returns (how many elements the read saw corrupted, whether torch reused the block, the
+    host's seconds in `release`, what `release` returned)."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the freed block is then the only one of its size torch holds
+    C, K = torch.cuda.Stream(), torch.cuda.Stream()
+    reader = K if read_on_caller_stream else C
+    x = torch.ones(RACE_N, device="cuda")  # on torch's current stream
+    address = x.data_ptr()
+    result, error = lib_gil.import_plan(x, PlanOptions.of(target=1), cuda_options(C.cuda_stream))
+    assert error is None, error
+    assert result.plan.parent_address == address
+    handle = result.plan.tensor
+    del x, result  # the import holds torch's only reference: the deleter frees the block
+    view = aliasing_view(address, RACE_N)
+    with torch.cuda.stream(reader):
+        torch.cuda._sleep(SLEEP)  # the long kernel ...
+        copy = view.clone()  # ... then the read of the imported memory
+    del view
+    t0 = time.perf_counter()
+    outcome = release(handle, K.cuda_stream)
+    host = time.perf_counter() - t0
+    y = torch.empty(RACE_N, device="cuda")  # torch allocating and writing at once
+    y.fill_(-1.0)
+    reused = y.data_ptr() == address
+    torch.cuda.synchronize()
+    corrupted = int((copy != 1.0).sum().item())
+    del y, copy
+    return corrupted, reused, host, outcome
+
+
+def explicit_release(handle, _caller):
+    """rsdlpack_imported_release with the GIL held, as Julia's error paths call it."""
+    lib_gil.release_handle(handle)
+
+
+def release_after_caller(handle, caller):
+    """rsdlpack_imported_release_after(handle, caller), as Julia's unsafe_free! of a CuArray."""
+    return lib_gil.release_after(handle, caller)
+
+
+if CHILD:
+    # Run by the parent with RSDLPACK_TEST_UNORDERED_RELEASES=1: the same race, unordered.
+    assert SKIP is None, SKIP
+    corrupted, reused, host, _ = release_race(explicit_release)
+    print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host}), flush=True)
+    sys.exit(0)
+
+
+@check("explicit release: waits for the consumer's kernel on the import's stream; torch reuses the block uncorrupted")
+def _():
+    corrupted, reused, host, _ = release_race(explicit_release)
+    assert reused, "torch did not reuse the freed block: the check proves nothing"
+    assert corrupted == 0, f"the kernel read {corrupted} overwritten elements: the deleter ran before it finished"
+    assert host > 0.5, f"the release returned after {host:.3f} s, before the ~1 s kernel ended"
+    return f"the release waited {host:.2f} s"
+
+
+@check("release_after (unsafe_free! of a CuArray): waits for the caller's stream too")
+def _():
+    corrupted, reused, host, outcome = release_race(release_after_caller, read_on_caller_stream=True)
+    assert outcome is None, outcome
+    assert reused, "torch did not reuse the freed block: the check proves nothing"
+    assert corrupted == 0, f"the kernel on the caller's stream read {corrupted} overwritten elements"
+    return f"the release waited {host:.2f} s"
+
+
+@check("without the caller's stream, a read on another stream is not waited for (and the race is detected)")
+def _():
+    corrupted, reused, host, _ = release_race(explicit_release, read_on_caller_stream=True)
+    assert reused, "torch did not reuse the freed block: the check proves nothing"
+    assert corrupted > 0, "the read on a stream the release was not told of came out intact: the race was not provoked"
+    return f"{corrupted} of {RACE_N} elements overwritten, the release took {host * 1000:.1f} ms"
+
+
+@check("queued release (finalizer): recorded at once, kept queued while the kernel runs, released once it is done")
+def _():
+    pending = {}
+
+    def queue_then_call(handle, _caller):
+        lib.release_later(handle)
+        assert lib.lib.rsdlpack_py_pending_releases() >= 1
+        # An ordinary bridge call drains the queue without waiting: this release is not ready.
+        probe, error = lib_gil.import_plan(torch.arange(2.0))
+        assert error is None, error
+        lib_gil.release_handle(probe.plan.tensor)
+        pending["while_running"] = lib.lib.rsdlpack_py_pending_releases()
+
+    corrupted, reused, host, _ = release_race(queue_then_call)
+    assert pending["while_running"] == 1, pending
+    assert not reused, "the block was handed to torch while the kernel still read it"
+    assert corrupted == 0, f"the kernel read {corrupted} overwritten elements"
+    assert host < 0.5, f"queueing and an ordinary call took {host:.3f} s: they must not wait for the GPU"
+    probe, _ = lib_gil.import_plan(torch.arange(2.0))  # the kernel is done: this call drains it
+    lib_gil.release_handle(probe.plan.tensor)
+    assert lib.lib.rsdlpack_py_pending_releases() == 0
+    return f"queued and probed in {host * 1000:.1f} ms"
+
+
+@check("queued release then rsdlpack_py_flush_releases: the flush waits for the kernel; torch reuses the block uncorrupted")
+def _():
+    def queue_then_flush(handle, _caller):
+        lib.release_later(handle)
+        assert lib.lib.rsdlpack_py_flush_releases() >= 1
+
+    corrupted, reused, host, _ = release_race(queue_then_flush)
+    assert reused, "torch did not reuse the freed block: the check proves nothing"
+    assert corrupted == 0, f"the kernel read {corrupted} overwritten elements"
+    assert host > 0.5, f"the flush returned after {host:.3f} s, before the ~1 s kernel ended"
+    return f"the flush waited {host:.2f} s"
+
+
+@check("with release ordering disabled (RSDLPACK_TEST_UNORDERED_RELEASES=1), the same race corrupts the kernel's input")
+def _():
+    env = dict(os.environ, RSDLPACK_TEST_UNORDERED_RELEASES="1")
+    child = subprocess.run([sys.executable, __file__, LIBRARY, UNORDERED_CHILD], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stdout + child.stderr
+    answer = json.loads(child.stdout.strip().splitlines()[-1])
+    assert answer["reused"], f"torch did not reuse the freed block: the check proves nothing ({answer})"
+    assert answer["corrupted"] > 0, f"unordered, the kernel still read intact data: the race was not provoked ({answer})"
+    assert answer["host"] < 0.5, answer
+    return f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms"
+
+
+passed = sum(ok is True for _, ok, _ in RESULTS)
+failed = sum(ok is False for _, ok, _ in RESULTS)
+skipped = sum(ok is None for _, ok, _ in RESULTS)
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else 2 if skipped else 0)

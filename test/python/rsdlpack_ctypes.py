@@ -242,6 +242,8 @@ class Bridge:
         lib.rsdlpack_imported_release.restype = None
         lib.rsdlpack_imported_release_later.argtypes = [ctypes.c_void_p]
         lib.rsdlpack_imported_release_later.restype = None
+        lib.rsdlpack_imported_release_after.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_imported_release_after.restype = ctypes.c_int32
         lib.rsdlpack_py_share.argtypes = [ctypes.POINTER(ArrayExport), ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_share.restype = ctypes.c_int32
         lib.rsdlpack_py_take_released_roots.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
@@ -300,6 +302,12 @@ class Bridge:
 
     def release_later(self, handle):
         self.lib.rsdlpack_imported_release_later(handle)
+
+    def release_after(self, handle, stream):
+        """rsdlpack_imported_release_after: None, or (code, message); released either way."""
+        error = ctypes.c_void_p()
+        code = self.lib.rsdlpack_imported_release_after(handle, stream, ctypes.byref(error))
+        return None if code == 0 else (code, self._message(error))
 
     def share(self, address, dims, strides, element_code, root_id, order=0, read_only=0, device=(1, 0), stream=0):
         """Shares memory described Julia-style; (exporter, released_roots) or (None, (code, message))."""

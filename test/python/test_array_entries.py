@@ -103,6 +103,39 @@ def test_explicit_release_with_the_gil_runs_the_deleter_at_once(bridge_with_gil)
     bridge_with_gil.release_later(None)
 
 
+@pytest.mark.parametrize("stream", [-1, 1, 2, 0x7F00])
+def test_release_after_a_callers_stream_releases_a_host_tensor_at_once(bridge_with_gil, stream):
+    # Host memory: the caller's stream is ignored (no driver call), the deleter runs now.
+    a = np.arange(5.0)
+    before = sys.getrefcount(a)
+    result, _ = bridge_with_gil.import_plan(a)
+    assert bridge_with_gil.release_after(result.plan.tensor, stream) is None
+    assert sys.getrefcount(a) == before
+    assert bridge_with_gil.release_after(None, stream) is None  # null is ignored
+
+
+def test_release_after_refuses_stream_zero_and_still_releases(bridge_with_gil):
+    a = np.arange(5.0)
+    before = sys.getrefcount(a)
+    result, _ = bridge_with_gil.import_plan(a)
+    code, message = bridge_with_gil.release_after(result.plan.tensor, 0)
+    assert code == 1 and "stream=0 is disallowed" in message, message
+    assert sys.getrefcount(a) == before, "the handle is consumed and released whatever the answer"
+
+
+def test_release_after_off_the_gil_queues(bridge):
+    bridge.lib.rsdlpack_py_flush_releases()
+    a = np.arange(5.0)
+    before = sys.getrefcount(a)
+    result, _ = bridge.import_plan(a)
+    # ctypes.CDLL releases the GIL around the call: the release is queued, as off Julia's thread.
+    assert bridge.release_after(result.plan.tensor, 0x7F00) is None
+    assert bridge.lib.rsdlpack_py_pending_releases() == 1
+    assert sys.getrefcount(a) > before
+    assert bridge.lib.rsdlpack_py_flush_releases() == 1
+    assert sys.getrefcount(a) == before
+
+
 @pytest.mark.parametrize("loader", LOADERS)
 @pytest.mark.parametrize("order", [0, 1])
 def test_copies_land_column_major_and_release_the_tensor(loader, order, request):

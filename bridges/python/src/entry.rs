@@ -119,7 +119,7 @@ pub(crate) fn with_python<T>(
         // check is exact with one interpreter, the only setup pyo3 and the GILState API
         // support, see `this_thread_holds_the_gil`).
         let py = unsafe { Python::assume_attached() };
-        release::drain(py);
+        release::drain(py, release::Wait::No);
         let result = body(py);
         if result.is_err() {
             // Error paths drop exceptions (and their tracebacks) wherever they arise.
@@ -128,7 +128,7 @@ pub(crate) fn with_python<T>(
         return result;
     }
     Python::try_attach(|py| {
-        release::drain(py);
+        release::drain(py, release::Wait::No);
         body(py)
     })
     .unwrap_or_else(|| {
@@ -143,9 +143,13 @@ pub(crate) fn with_python<T>(
 /// `rsdlpack_tensor_release` (or hand it to another owner); its deleter may be called from any
 /// thread. `options` may be null (no stream, device or copy request). If the producer is too
 /// old to be asked for a copy, none is made here: the caller's layout plan copies instead.
+/// A CUDA tensor remembers the stream `options` names (the legacy default stream when none; no
+/// stream for -1): its release waits for the work enqueued there.
 ///
 /// # Safety
-/// `object` must be a live `PyObject*`; `out` a writable pointer; `error_out` null or writable.
+/// `object` must be a live `PyObject*`; `out` a writable pointer; `error_out` null or writable;
+/// a stream handle in `options` must be a live `CUstream` of the tensor's device until the
+/// tensor is released.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsdlpack_py_import(
     object: *mut ffi::PyObject,
@@ -316,7 +320,10 @@ pub unsafe extern "C" fn rsdlpack_cuda_order_streams(
 }
 
 /// Releases a managed tensor now (its deleter runs; a Python producer's is deferred to a
-/// thread holding the GIL). Null is ignored.
+/// thread holding the GIL). A tensor from `rsdlpack_py_import` of CUDA memory is released after
+/// the work enqueued so far on the stream its import named: at once, the calling thread waits
+/// for it when it holds the GIL; otherwise the queued release waits (see
+/// `rsdlpack_py_flush_releases`). Null is ignored.
 ///
 /// # Safety
 /// `tensor` must be null or an owned `DLManagedTensorVersioned*` that is not used afterwards.
@@ -332,10 +339,13 @@ pub unsafe extern "C" fn rsdlpack_tensor_release(tensor: *mut DLManagedTensorVer
 }
 
 /// Releases every Python-produced tensor whose release was deferred; returns how many. Takes
-/// the GIL (blocks until it is available): call it from a thread that may wait for Python.
+/// the GIL (blocks until it is available) and waits for the GPU work that queued CUDA tensors'
+/// consumers enqueued on them (ordinary calls release only those whose work has completed):
+/// call it from a thread that may wait for Python and the GPU.
 #[unsafe(no_mangle)]
 pub extern "C" fn rsdlpack_py_flush_releases() -> usize {
-    catch_unwind(|| Python::try_attach(release::drain).unwrap_or(0)).unwrap_or(0)
+    catch_unwind(|| Python::try_attach(|py| release::drain(py, release::Wait::Yes)).unwrap_or(0))
+        .unwrap_or(0)
 }
 
 /// How many released tensors wait for a thread that holds the GIL.

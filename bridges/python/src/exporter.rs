@@ -120,7 +120,7 @@ impl Exporter {
         py: Python<'py>,
         request: &ExportRequest,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
-        crate::release::drain(py);
+        crate::release::drain(py, crate::release::Wait::No);
         self.export(py, request)
     }
 

@@ -129,7 +129,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
                 "{NAME}: py_object and out must not be null"
             )));
         }
-        crate::release::drain(py);
+        crate::release::drain(py, crate::release::Wait::No);
         // SAFETY: a live object the caller lends us for the call (contract).
         let object = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
         let tensor = exporter(&object, NAME)?.get().managed_no_sync()?;
@@ -207,7 +207,7 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
                 "managed_tensor_to_py_object_no_sync: out_py_object must not be null".into(),
             ));
         }
-        crate::release::drain(py);
+        crate::release::drain(py, crate::release::Wait::No);
         // Re-wrapped so that the producer's deleter runs only under the GIL, whichever thread
         // drops the last reference to the memory.
         let imported = crate::release::rewrap_owned(ImportedTensor::new(owned)?)?;

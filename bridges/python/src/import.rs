@@ -61,7 +61,19 @@ impl Default for ImportRequest {
 /// asked only when a stream is requested (NumPy refuses any stream on CPU, and torch answers
 /// it in Python code, ~2 µs), since the capsule itself says where the tensor lives; names and
 /// keyword tuples are interned once per process; messages are built only on error.
+///
+/// A CUDA tensor remembers the request's stream as its consumer's (see
+/// [`ImportedTensor::set_consumer_stream`]): its release waits for the work enqueued there.
 pub fn import(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResult<ImportedTensor> {
+    let mut tensor = negotiate(object, request)?;
+    // SAFETY: a stream handle in a request is the caller's promise (the import entry points'
+    // contract): a live stream of the tensor's device until the tensor is released.
+    unsafe { tensor.set_consumer_stream(request.stream) };
+    Ok(tensor)
+}
+
+/// [`import`] up to the validated tensor.
+fn negotiate(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResult<ImportedTensor> {
     if capsule::is_capsule(object) {
         // A capsule was made before we could ask for anything: check what it holds instead.
         let tensor = ImportedTensor::new(capsule::consume(object)?)?;

@@ -1,4 +1,4 @@
-//! Releasing tensors that Python produced, without deadlocks.
+//! Releasing tensors that Python produced, without deadlocks, after their consumers' GPU work.
 //!
 //! A Python producer's deleter (NumPy's, for instance) takes the GIL. Julia runs finalizers on
 //! whichever thread triggered a collection; if that thread does not hold the GIL while another
@@ -7,6 +7,14 @@
 //! ([`release_here_or_defer`]); anywhere else it goes to a queue that the next bridge call
 //! holding the GIL drains, or that [`drain`] empties on request (`rsdlpack_py_flush_releases`).
 //!
+//! Each release is a [`PendingRelease`]: for a CUDA tensor, events recorded on the streams its
+//! consumer used (see [`rsdlpack::release`]). A release at once waits for them on the host
+//! before the deleter runs (an entry point's with the GIL released meanwhile; a deleter's with
+//! it held, see `release_forwarded`). A queued one never waits in the call that drains it:
+//! a bridge call runs the deleters whose events have completed and leaves the rest queued, so
+//! that an import does not stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the
+//! explicit flush) waits for them all.
+//!
 //! Every tensor the bridge hands out is re-wrapped as a versioned managed tensor whose deleter
 //! releases the producer's this way ([`rewrap`], [`rewrap_owned`]), so that consumers of the
 //! bridge (the Julia bridge) never see a Python deleter and need not care about the GIL.
@@ -14,13 +22,14 @@
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::forward::{forward_owned, forward_versioned};
-use rsdlpack::{ImportedTensor, ManagedTensor};
+use rsdlpack::{ImportedTensor, PendingRelease};
 use std::os::raw::c_int;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Python-produced tensors waiting for a thread that holds the GIL.
-static PENDING: Mutex<Vec<ManagedTensor>> = Mutex::new(Vec::new());
+/// Python-produced tensors waiting for a thread that holds the GIL (or for their consumers'
+/// GPU work).
+static PENDING: Mutex<Vec<PendingRelease>> = Mutex::new(Vec::new());
 
 /// Whether `PENDING` may be non-empty: lets every bridge call skip the lock when it is not.
 static MAYBE_PENDING: AtomicBool = AtomicBool::new(false);
@@ -45,28 +54,57 @@ pub fn this_thread_holds_the_gil() -> bool {
     unsafe { PyGILState_Check() == 1 }
 }
 
-/// Releases `tensor` now when this thread holds the GIL (an explicit release, not a finalizer),
-/// else queues it like [`defer`].
-pub fn release_here_or_defer(tensor: ManagedTensor) {
+/// Releases `tensor` now when this thread holds the GIL (an explicit release from a C entry
+/// point, not a finalizer): waits for its consumer's GPU work with the GIL released, so that
+/// other Python threads run meanwhile, then runs the deleter, and returns what failed on the
+/// way (the deleter has run regardless). Else queues it like [`defer`].
+pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()> {
+    if !this_thread_holds_the_gil() {
+        defer(tensor);
+        return Ok(());
+    }
+    if !tensor.is_ready() {
+        // SAFETY: this thread holds the GIL (just checked; see `this_thread_holds_the_gil`).
+        let py = unsafe { pyo3::Python::assume_attached() };
+        py.detach(|| tensor.wait());
+    }
+    tensor.complete()
+}
+
+/// A forwarded tensor's release (see [`rewrap`]): as [`release_here_or_defer`], but waiting with
+/// the GIL held, since a deleter may be called with locks of its caller held that another Python
+/// thread could need, and a deleter has no caller to tell of a failure.
+fn release_forwarded(tensor: PendingRelease) {
     if this_thread_holds_the_gil() {
-        drop(tensor);
+        let _ = tensor.complete();
     } else {
         defer(tensor);
     }
 }
 
 /// Queues `tensor` for the next bridge call that holds the GIL (or [`drain`]): never runs
-/// Python code and never waits for the GIL, so a garbage collector's finalizer may call it on
-/// any thread, including the one that holds the GIL.
-pub fn defer(tensor: ManagedTensor) {
+/// Python code and never waits for the GIL or the GPU, so a garbage collector's finalizer may
+/// call it on any thread, including the one that holds the GIL.
+pub fn defer(tensor: PendingRelease) {
     // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
     let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
     pending.push(tensor);
     MAYBE_PENDING.store(true, Ordering::Release);
 }
 
-/// Releases every queued tensor. Call with the GIL held (a `Python` token proves it).
-pub fn drain(_py: pyo3::Python<'_>) -> usize {
+/// Whether [`drain`] waits for queued tensors whose consumers' GPU work is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Every bridge call: release what is ready, keep the rest queued.
+    No,
+    /// The explicit flush: wait (on the host) for each, and release them all.
+    Yes,
+}
+
+/// Releases queued tensors (all of them with [`Wait::Yes`], waiting for their GPU work with the
+/// GIL released) and returns how many. Call with the GIL held (a `Python` token proves it),
+/// from an entry point rather than a deleter (see `release_forwarded`).
+pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
     // Set under the lock after each push, cleared under the lock here: a push that this load
     // misses is drained by the next call.
     if !MAYBE_PENDING.load(Ordering::Acquire) {
@@ -74,28 +112,43 @@ pub fn drain(_py: pyo3::Python<'_>) -> usize {
     }
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-        MAYBE_PENDING.store(false, Ordering::Release);
-        std::mem::take(&mut *pending)
+        let batch = match wait {
+            Wait::Yes => std::mem::take(&mut *pending),
+            // Asking does not wait; host tensors and completed fences are ready.
+            Wait::No => {
+                let (ready, waiting) = std::mem::take(&mut *pending)
+                    .into_iter()
+                    .partition::<Vec<_>, _>(PendingRelease::is_ready);
+                *pending = waiting;
+                ready
+            }
+        };
+        MAYBE_PENDING.store(!pending.is_empty(), Ordering::Release);
+        batch
     };
+    let mut batch = batch;
+    if wait == Wait::Yes && !batch.iter().all(PendingRelease::is_ready) {
+        py.detach(|| batch.iter_mut().for_each(PendingRelease::wait));
+    }
     let released = batch.len();
     // Dropped outside the lock: a deleter may itself release a Python-produced tensor.
     drop(batch);
     released
 }
 
-/// How many tensors wait for the GIL.
+/// How many tensors wait for the GIL (or for their consumers' GPU work).
 pub fn pending() -> usize {
     PENDING.lock().unwrap_or_else(|p| p.into_inner()).len()
 }
 
 /// [`rewrap`], kept with its descriptor (not validated again).
 pub fn rewrap_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor> {
-    forward_owned(tensor, release_here_or_defer)
+    forward_owned(tensor, release_forwarded)
 }
 
 /// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
 /// deleter releases the original under the GIL (see the module docs). Its metadata is not
 /// copied (see [`rsdlpack::forward`]).
 pub fn rewrap(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
-    forward_versioned(tensor, release_here_or_defer)
+    forward_versioned(tensor, release_forwarded)
 }

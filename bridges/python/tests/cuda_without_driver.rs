@@ -12,7 +12,9 @@ use rsdlpack::{
 };
 use rsdlpack_python::entry::{
     rsdlpack_cuda_describe_stream, rsdlpack_cuda_driver_available, rsdlpack_error_free,
+    rsdlpack_tensor_release,
 };
+use rsdlpack_python::release::{Wait, drain, rewrap};
 use rsdlpack_python::{BridgeError, Exporter, ImportRequest, import};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -131,4 +133,36 @@ fn without_a_driver_describing_a_stream_is_an_error_not_a_crash() {
     // SAFETY: freed once.
     unsafe { rsdlpack_error_free(message) };
     assert!(text.contains("no CUDA driver"), "{text}");
+}
+
+#[test]
+fn without_a_driver_a_forwarded_cuda_tensor_is_released_once_on_and_off_the_gil() {
+    require_no_driver();
+    Python::attach(|py| {
+        for off_the_gil in [false, true] {
+            let (raw, count) = fake_cuda_tensor();
+            // SAFETY: just built and handed over.
+            let mut tensor =
+                ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
+                    .unwrap();
+            // SAFETY: without a driver the handle is never dereferenced.
+            unsafe { tensor.set_consumer_stream(rsdlpack::stream::StreamRequest::Handle(0x1230)) };
+            let forwarded = rewrap(tensor).unwrap().into_raw() as usize;
+            if off_the_gil {
+                std::thread::spawn(move || {
+                    // SAFETY: an owned tensor handed to this thread.
+                    unsafe { rsdlpack_tensor_release(forwarded as *mut _) }
+                })
+                .join()
+                .unwrap();
+                assert_eq!(releases(&count), 0, "queued: this thread holds the GIL");
+                // Nothing was recorded (no driver), so nothing keeps it queued.
+                drain(py, Wait::No);
+            } else {
+                // SAFETY: an owned tensor.
+                unsafe { rsdlpack_tensor_release(forwarded as *mut _) };
+            }
+            assert_eq!(releases(&count), 1, "off the GIL: {off_the_gil}");
+        }
+    });
 }

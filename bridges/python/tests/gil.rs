@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use rsdlpack_python::entry::{
     rsdlpack_py_flush_releases, rsdlpack_py_pending_releases, rsdlpack_tensor_release,
 };
-use rsdlpack_python::release::{drain, rewrap};
+use rsdlpack_python::release::{Wait, drain, rewrap};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ fn a_release_off_the_gil_is_deferred_then_drained() {
         assert_eq!(rsdlpack_py_pending_releases(), 1);
         assert!(refcount(&array) > before, "NumPy's deleter has not run yet");
 
-        assert_eq!(drain(py), 1);
+        assert_eq!(drain(py, Wait::No), 1);
         assert_eq!(refcount(&array), before);
         assert_eq!(rsdlpack_py_pending_releases(), 0);
 
