@@ -89,7 +89,8 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
         @test nameof(parentmodule(ReadOnlyArray)) === :ReadOnlyArrays
         R = ReadOnlyArray([1 2; 3 4])
         @test R[2, 1] == 3 && size(R) == (2, 2) && strides(R) == (1, 2)
-        @test_throws CanonicalIndexError (R[1, 1] = 0)
+        err = try (R[1, 1] = 0); nothing catch e; e end  # ReadOnlyArrays defines no setindex!
+        @test err !== nothing && occursin("setindex!", sprint(showerror, err)) && R[1, 1] == 1
     end
     @testset "the native library loads" begin
         @test isfile(RsDLPack.native_library_path())
@@ -104,7 +105,7 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
         err = try unsafe_cuda_stream(UInt(12345)); nothing catch e; e end
         @test err isa ArgumentError && occursin("using CUDA", err.msg)
     end
-    @testset "Pkg.build without cargo says what to install" begin
+    FRONTEND === nothing && @testset "Pkg.build without cargo says what to install" begin
         log = tempname()
         build = joinpath(pkgdir(RsDLPack), "deps", "build.jl")
         cmd = addenv(`$(Base.julia_cmd()) --project=$(Base.active_project()) $build`,
@@ -298,7 +299,8 @@ const LAYOUTS = [("0-d", "np.array(3.5)"),
         @test err isa DLPackError && err.kind == :buffer && occursin("read-only", err.message)
         R = from_dlpack(a; readonly=true)
         @test R isa ReadOnlyArray && R == [0.0, 1.0, 2.0, 3.0]
-        @test_throws CanonicalIndexError (R[1] = 1.0)
+        err = try (R[1] = 1.0); nothing catch e; e end
+        @test err !== nothing && occursin("setindex!", sprint(showerror, err)) && R[1] == 0.0
         # A ReadOnlyArray target is wrapped once, however readonly is given, and shares back.
         for W in (from_dlpack(ReadOnlyArray, a; readonly=true), from_dlpack(ReadOnlyArray, a))
             @test W isa ReadOnlyArray{Float64,1,Vector{Float64}} && UInt(pointer(parent(W))) == address(a)
