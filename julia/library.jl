@@ -102,7 +102,7 @@ its modification time, which Julia 1.10 compares — changes. The default behavi
 every supported version, so no keyword is passed (1.10 has none).
 """
 function tracked_native_library()
-    path = native_library_path()
+    path = abspath(native_library_path())  # include_dependency reads a relative path from this file's directory
     include_dependency(path)
     return path
 end
