@@ -6,7 +6,8 @@
 # The cargo steps are data, in deps/build.toml, shared with the CI check that runs them from a
 # read-only copy of the package (test/python/test_install.py).
 #
-# Needs cargo (https://rustup.rs; the environment variable CARGO names another executable).
+# Needs cargo (https://rustup.rs; the environment variable CARGO names another executable);
+# without it the build stops at once with a message naming the alternatives.
 # The Python bridge needs nothing from Python at build time: it is an abi3 library that takes
 # its Python symbols from the process that loads it.
 
@@ -51,7 +52,24 @@ function install(source::AbstractString, destination::AbstractString)
     return destination
 end
 
+"""
+The cargo executable, or an error that says what to install instead: without this check a
+missing cargo ends in a bare `IOError: could not spawn … ENOENT`.
+"""
+function find_cargo()
+    cargo = Sys.which(CARGO)
+    cargo === nothing || return cargo
+    error("RsDLPack build: cargo was not found (looked for $(repr(CARGO))", haskey(ENV, "CARGO") ? ", named by CARGO" : " on PATH",
+          "). RsDLPack's native libraries are Rust. Either install a Rust toolchain ",
+          "(https://rustup.rs, then run `Pkg.build(\"RsDLPack\")` again; or set CARGO to a cargo ",
+          "executable), or use libraries built elsewhere: add RsDLPack_jll to the environment ",
+          "when it is available, or point the preferences julia_bridge_path and ",
+          "python_bridge_path (`RsDLPack.set_library_paths!`) or the environment variables ",
+          "RSDLPACK_JULIA_LIB and RSDLPACK_PYTHON_LIB at built libraries.")
+end
+
 function build()
+    find_cargo()  # before anything is written
     libraries = libraries_dir(SCRATCH, PACKAGE)
     mkpath(libraries)
     recorded = Dict{String,Any}("package" => PACKAGE, "julia" => string(VERSION))

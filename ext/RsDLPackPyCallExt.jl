@@ -18,6 +18,10 @@ RsDLPack.from_dlpack(o::PyObject; kwargs...) = RsDLPack.from_dlpack(Array, o; kw
 RsDLPack.share(A::AbstractArray, consumer::Union{PyObject,Type{PyObject}}; kwargs...) =
     RsDLPack.share_array(object_of, call, A, consumer; kwargs...)
 
+# A stream handle kept as a PyObject (`pycall(f, PyObject, …)`, or a `PyObject` attribute); PyCall's
+# own property access converts Python ints to Julia integers already.
+RsDLPack.unsafe_cuda_stream(handle::PyObject) = RsDLPack.unsafe_cuda_stream(convert(UInt, handle))
+
 function __init__()
     RsDLPack.load_python_bridge!()
 end

@@ -4,7 +4,7 @@
 # fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 module RsDLPackPythonCallExt
 
-using PythonCall: PythonCall, Py
+using PythonCall: PythonCall, Py, pyconvert
 import RsDLPack
 
 pointer_of(o::Py) = Ptr{Cvoid}(PythonCall.getptr(o))
@@ -16,6 +16,10 @@ RsDLPack.from_dlpack(o::Py; kwargs...) = RsDLPack.from_dlpack(Array, o; kwargs..
 
 RsDLPack.share(A::AbstractArray, consumer::Union{Py,Type{Py}}; kwargs...) =
     RsDLPack.share_array(object_of, (f, x) -> f(x), A, consumer; kwargs...)
+
+# A stream handle as Python hands it out (`torch.cuda.current_stream().cuda_stream` is a Python
+# int, and PythonCall never converts implicitly); the CUDA extension takes the integer.
+RsDLPack.unsafe_cuda_stream(handle::Py) = RsDLPack.unsafe_cuda_stream(pyconvert(UInt, handle))
 
 function __init__()
     RsDLPack.load_python_bridge!()

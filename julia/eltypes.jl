@@ -1,11 +1,26 @@
 # The dtype table's Julia side: element codes (rsdlpack::ElementType::code) to Julia types.
-# BFloat16 is `Core.BFloat16` (Julia ≥ 1.11; arithmetic from BFloat16s.jl); on Julia 1.10, which
-# has no BFloat16 type, bfloat16 tensors arrive as UInt16 holding the same bits.
+# A named code is an index into ELEMENT_TYPES (the order of rsdlpack::ElementType::NAMED); a
+# raw code is RAW_CODE_BASE + DLPack code × 256 + bits (DLPackRaw, below).
+#
+# bfloat16 is BFloat16s.BFloat16 on every supported Julia (BFloat16s.jl is a dependency, not an
+# extension: an extension would make a bfloat16 tensor's element type depend on what the
+# session loaded before the import). BFloat16s 0.5-0.6 make it `Core.BFloat16` on Julia ≥ 1.11
+# where LLVM can store bfloat (x86_64 with LLVM ≥ 15, aarch64 with LLVM ≥ 19) and their own
+# 16-bit primitive type elsewhere, so it is never UInt16 bits.
 
-const BFLOAT16 = isdefined(Core, :BFloat16) ? getfield(Core, :BFloat16) : UInt16
+const BFLOAT16 = BFloat16s.BFloat16
+
+# ---- kDLBcomplex (DLPack code 18: a complex number of two bfloat16) -------------------------
+# The one place on the Julia side for it. The Rust core's element code for it is being added
+# beside this change: this mapping assumes it is the next named code, rsdlpack::ElementType::NAMED[15]
+# (`code() == 15`), 4 bytes with the alignment of one bfloat16. BFloat16s is a dependency, so a
+# BFloat16 type always exists and the element is always Complex{BFLOAT16}; no raw-pair fallback
+# is needed. (A raw code, RAW_CODE_BASE + 18 × 256 + 32, would not fit: DLPackRaw is one byte.)
+const BCOMPLEX = Complex{BFLOAT16}
+# ---------------------------------------------------------------------------------------------
 
 const ELEMENT_TYPES = (Bool, Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32, UInt64,
-                       Float16, BFLOAT16, Float32, Float64, ComplexF32, ComplexF64)
+                       Float16, BFLOAT16, Float32, Float64, ComplexF32, ComplexF64, BCOMPLEX)
 
 """
     DLPackRaw{code,bits}
@@ -39,7 +54,6 @@ element_code(::Type{DLPackRaw{C,B}}) where {C,B} = UInt32(RAW_CODE_BASE + C * 25
 
 "Element code of a Julia element type; a DLPackError names the type when it has none."
 function element_code(::Type{T}) where {T}
-    # findfirst: on Julia 1.10 UInt16 also stands in for BFloat16, and must export as UInt16.
     i = findfirst(S -> S === T, ELEMENT_TYPES)
     i === nothing || return UInt32(i - 1)
     throw(DLPackError(:buffer, "element type $T has no DLPack equivalent; supported: " *

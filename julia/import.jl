@@ -92,7 +92,9 @@ function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=not
         release_now!(owner)  # nothing wraps the tensor: release it now, not at GC
         rethrow()
     end
-    # Untyped: a view of memory the producer marked read-only stays read-only.
-    is_typed(A) && return result
+    # Typed forms and ReadOnlyArray targets are what was asked for already (wrapping a
+    # ReadOnlyArray again would give a result `share` cannot export); otherwise a view of memory
+    # the producer marked read-only stays read-only.
+    (is_typed(A) || A <: ReadOnlyArray) && return result
     return readonly && plan.read_only != 0 ? ReadOnlyArray(result) : result
 end

@@ -3,19 +3,64 @@
 #      local build);
 #   2. the preferences `julia_bridge_path` / `python_bridge_path` (Preferences.jl, e.g.
 #      `RsDLPack.set_library_paths!(julia_bridge=…)`), the durable local override;
-#   3. what `Pkg.build` recorded in the depot's scratch space (deps/build.jl; paths in
+#   3. RsDLPack_jll, when the active environment has it (see `jll_library`);
+#   4. what `Pkg.build` recorded in the depot's scratch space (deps/build.jl; paths in
 #      julia/build_paths.jl).
 
 const PACKAGE_DIR = dirname(@__DIR__)
+
+# The scratch space is asked for at run time, as Scratch.jl advises (a path stored in the
+# precompiled image would be the precompiling depot's): `__init__` asks once per session.
 # Scratch.jl attributes the space to this package, so `Pkg.gc()` keeps it while RsDLPack is
 # installed anywhere in the depot.
-const DEPS_FILE = deps_file(Scratch.get_scratch!(@__MODULE__, build_key()), PACKAGE_DIR)
-isfile(DEPS_FILE) && include_dependency(DEPS_FILE)  # a rebuild invalidates the precompiled cache
+const SCRATCH_DIR = Ref("")
+
+function __init__()
+    SCRATCH_DIR[] = Scratch.get_scratch!(@__MODULE__, build_key())
+end
+
+"""
+The scratch space of this Julia version's build. Before `__init__` has run — while the package
+precompiles, when `@wrapmodule` reads the jlrs bridge's path — it asks Scratch.jl directly.
+"""
+scratch_dir() = isempty(SCRATCH_DIR[]) ? Scratch.get_scratch!(@__MODULE__, build_key()) : SCRATCH_DIR[]
+
+"The file in which `Pkg.build` recorded the libraries it built from this package directory."
+recorded_deps_file() = deps_file(scratch_dir(), PACKAGE_DIR)
 
 "The path `Pkg.build` recorded for `name` (julia_bridge, python_bridge), or `nothing`."
 function recorded_library(name::String)
-    isfile(DEPS_FILE) || return nothing
-    path = get(TOML.parsefile(DEPS_FILE), name, nothing)
+    file = recorded_deps_file()
+    isfile(file) || return nothing
+    path = get(TOML.parsefile(file), name, nothing)
+    return path isa String ? path : nothing
+end
+
+# RsDLPack_jll, the binary package deps/binarybuilder/build_tarballs.jl builds: its library
+# product for each library.
+const JLL_NAME = "RsDLPack_jll"
+const JLL_PRODUCTS = Dict("julia_bridge" => :librsdlpack_julia_path,
+                          "python_bridge" => :librsdlpack_python_path)
+
+"""
+The path of library `name` in RsDLPack_jll when the active environment has that package
+(`Base.identify_package`), else `nothing`.
+
+A lookup by name, not a dependency: RsDLPack_jll is not registered yet, so Project.toml cannot
+name it in `[deps]` (Pkg would fail to resolve it), and a weak dependency would not do either —
+it needs the JLL's UUID before the JLL exists, and its extension would load only after this
+package had precompiled the jlrs bridge's path. Found by name, it works as soon as a user adds
+the JLL, and once it is registered it can become a `[deps]` entry with this lookup replaced by
+the JLL's module. Its products' paths are globals JLLWrappers sets in the JLL's `__init__`
+(`<product>_path`, `nothing` where the JLL has no build for this platform); the JLL is loaded
+here, so they are read in the latest world (`invokelatest`).
+"""
+function jll_library(name::String)
+    id = Base.identify_package(JLL_NAME)
+    id === nothing && return nothing
+    # fatou-ignore non-public-access: loading a package by PkgId, one this package does not depend on, has no public name (Base.require is documented in the manual's code-loading section)
+    jll = Base.require(id)
+    path = invokelatest(getproperty, jll, JLL_PRODUCTS[name])
     return path isa String ? path : nothing
 end
 
@@ -25,13 +70,16 @@ function library_path(env::String, name::String)
         ENV[env], "the environment variable $env"
     elseif (p = Preferences.load_preference(@__MODULE__, preference, nothing)) !== nothing
         p, "the preference $preference"
+    elseif (j = jll_library(name)) !== nothing
+        j, JLL_NAME
     else
-        recorded_library(name), "Pkg.build's record $DEPS_FILE"
+        recorded_library(name), "Pkg.build's record $(recorded_deps_file())"
     end
     if path === nothing || !isfile(path)
         error("RsDLPack: the native library is missing (from $source: $(repr(path))); run ",
-              "`import Pkg; Pkg.build(\"RsDLPack\")` (needs cargo), or set $env or the ",
-              "preference $preference to a built library")
+              "`import Pkg; Pkg.build(\"RsDLPack\")` (needs cargo: https://rustup.rs), add ",
+              "$JLL_NAME to the environment, or set $env or the preference $preference to a ",
+              "built library")
     end
     return path
 end
@@ -39,10 +87,25 @@ end
 """
 Path of the jlrs bridge (bridges/julia): no Python symbols. Read when the package
 precompiles (JlrsCore records it then). A change of the preference recompiles the package by
-itself; after changing RSDLPACK_JULIA_LIB, recompile
+itself, and so does a rebuilt library (`tracked_native_library`); after changing
+RSDLPACK_JULIA_LIB or adding RsDLPack_jll, recompile
 (`Base.compilecache(Base.identify_package("RsDLPack"))` or touch the package).
 """
 native_library_path() = library_path("RSDLPACK_JULIA_LIB", "julia_bridge")
+
+"""
+The jlrs bridge's path, declared a dependency of the precompiled image: a rebuilt library
+recompiles the package. The library itself, not deps.toml: a rebuild rewrites deps.toml with
+the same content, which Julia ≥ 1.11 compares by content (`include_dependency`'s
+`track_content`, whose default is `true` on current Julia), while the library's content — and
+its modification time, which Julia 1.10 compares — changes. The default behaviour is right on
+every supported version, so no keyword is passed (1.10 has none).
+"""
+function tracked_native_library()
+    path = abspath(native_library_path())  # include_dependency reads a relative path from this file's directory
+    include_dependency(path)
+    return path
+end
 
 "Path of the Python bridge (bridges/python): loaded only by the PyCall/PythonCall extensions."
 python_library_path() = library_path("RSDLPACK_PYTHON_LIB", "python_bridge")
@@ -72,9 +135,9 @@ The jlrs bridge's functions (see bridges/julia/src/lib.rs for the manifest).
 """
 module Native
 using JlrsCore.Wrap: @wrapmodule, @initjlrs  # named: a whole-module `using` hides every name from fatou
-import ..RsDLPack: native_library_path
+import ..RsDLPack: tracked_native_library
 
-@wrapmodule(native_library_path(), :rsdlpack_julia_init)
+@wrapmodule(tracked_native_library(), :rsdlpack_julia_init)
 
 function __init__()
     @initjlrs

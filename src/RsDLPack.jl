@@ -20,11 +20,15 @@ module RsDLPack
 # which Pkg requires at src/RsDLPack.jl). Every package the sources use is imported here, where
 # the linter checks imports against Project.toml (scripts/fatou-package.toml).
 
+import BFloat16s
 import JlrsCore
 import Libdl
 import Preferences
 import Scratch
 import TOML
+# The ecosystem's read-only array (JuliaArrays' ReadOnlyArrays.jl), re-exported: a user of both
+# packages gets one `ReadOnlyArray`, and code written for it accepts what from_dlpack returns.
+using ReadOnlyArrays: ReadOnlyArray
 
 export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray, DLPackRaw
 
@@ -32,7 +36,6 @@ include("../julia/errors.jl")
 include("../julia/build_paths.jl")
 include("../julia/library.jl")
 include("../julia/eltypes.jl")
-include("../julia/readonly.jl")
 include("../julia/python_bridge.jl")
 include("../julia/arrays.jl")
 include("../julia/import.jl")

@@ -6,8 +6,9 @@
 #     julia --project=ENV test/cuda.jl
 
 using Test: @test, @testset, @test_skip
-using CUDA: CUDA, CuArray, CuStream
-using PythonCall: PyException, pyconvert, pyimport, pylist
+using CUDA: CuArray
+using CUDA: CUDA, CuStream
+using PythonCall: Py, PyException, pyconvert, pyimport, pylist
 using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError
 
 "Whether torch imports and sees a GPU (false when torch is not installed)."
@@ -18,6 +19,13 @@ function has_torch_cuda()
         e isa PyException || rethrow()
         return false
     end
+end
+
+# Wherever CUDA.jl loads, GPU or not: a Python int reaches the CUDA extension as an integer (the
+# default-stream aliases are refused before the driver is asked).
+@testset "unsafe_cuda_stream takes a Python int" begin
+    err = try unsafe_cuda_stream(Py(1)); nothing catch e; e end
+    @test err isa DLPackError && occursin("default-stream alias", err.message)
 end
 
 if !CUDA.functional()
@@ -68,6 +76,16 @@ else
             @test pyconvert(UInt, u.data_ptr()) == reinterpret(UInt, pointer(M))
             @test pyconvert(Vector{Int}, pylist(u.shape)) == [2, 3]
             @test pyconvert(Float64, u[1, 2].item()) == 6
+        end
+        @testset "the README's CUDA example" begin
+            t = torch.arange(6, device="cuda").reshape(2, 3)
+            A = from_dlpack(CuArray, t)
+            @test size(A) == (2, 3) && Array(A) == [0 1 2; 3 4 5]  # a PermutedDimsArray of a CuArray
+            u = share(CuArray(rand(Float32, 4)), torch.from_dlpack)
+            @test pyconvert(Bool, u.is_cuda) && pyconvert(Int, u.numel()) == 4
+            s = unsafe_cuda_stream(torch.cuda.current_stream().cuda_stream)
+            @test s isa CuStream
+            RsDLPack.unsafe_free!(A)
         end
         @testset "unsafe_cuda_stream wraps torch's stream" begin
             ts = torch.cuda.Stream()

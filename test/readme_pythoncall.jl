@@ -1,0 +1,66 @@
+# The README's PythonCall examples, line for line (test/python/test_readme.py fails when a
+# README line is not found verbatim in the test files), each followed by what it claims.
+# Included by runtests.jl in its PythonCall process, after NumPy was found importable.
+module ReadmePythonCall
+
+using Test: @test, @testset
+using RsDLPack
+using PythonCall: Py, pyimport
+using PythonCall: pyconvert
+np = pyimport("numpy")
+
+"Whether torch imports here (the examples that use it run only then)."
+function has_torch()
+    try
+        pyimport("torch")
+        return true
+    catch
+        return false
+    end
+end
+
+address(x) = pyconvert(UInt, x.ctypes.data)
+
+@testset "README examples (PythonCall)" begin
+    a = np.arange(12.0).reshape(3, 4)
+    A = from_dlpack(a)
+    @test size(A) == (3, 4) && A[2, 3] == 6 && UInt(pointer(A)) == address(a)
+    A[1, 2] = 42
+    @test pyconvert(Float64, a[0, 1]) == 42
+    R = from_dlpack(a; order=:reversed)
+    @test R isa Matrix{Float64} && size(R) == (4, 3) && R[2, 1] == 42
+    F = from_dlpack(Matrix{Float64}, a; order=:reversed)
+    @test F isa Matrix{Float64} && UInt(pointer(F)) == address(a)
+    C = from_dlpack(np.broadcast_to(np.arange(4.0), (3, 4)))
+    @test C isa Matrix{Float64} && C[3, :] == [0.0, 1.0, 2.0, 3.0]
+    RsDLPack.unsafe_free!(A)
+
+    M = rand(Float32, 2, 3)
+    n = share(M, np.from_dlpack)
+    @test address(n) == UInt(pointer(M)) && pyconvert(Float32, n[1, 2]) == M[2, 3]
+    v = share(view(M, :, 3:-1:1), np.from_dlpack)
+    @test pyconvert(Float32, v[0, 0]) == M[1, 3]
+    e = share(M, Py)
+    @test e isa Py && hasproperty(e, "__dlpack__")
+
+    r = np.arange(4.0)
+    r.flags.writeable = false
+    RO = from_dlpack(r; readonly=true)
+    @test RO isa ReadOnlyArray && RO == [0.0, 1.0, 2.0, 3.0]
+    back = share(RO, np.from_dlpack)
+    @test !pyconvert(Bool, back.flags.writeable)
+
+    b = np.broadcast_to(np.arange(4.0), (3, 4))
+    err = try from_dlpack(b; copy=false); nothing catch e; e end
+    @test err isa DLPackError && err.kind == :buffer && occursin("zero stride", err.message)
+
+    if has_torch()
+        torch = pyimport("torch")
+        t = share(M, torch.from_dlpack)
+        @test pyconvert(UInt, t.data_ptr()) == UInt(pointer(M))
+        T = from_dlpack(torch.arange(6).reshape(2, 3))
+        @test size(T) == (2, 3) && T[2, 1] == 3
+    end
+end
+
+end # module ReadmePythonCall
