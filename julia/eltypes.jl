@@ -10,14 +10,10 @@
 
 const BFLOAT16 = BFloat16s.BFloat16
 
-# ---- kDLBcomplex (DLPack code 18: a complex number of two bfloat16) -------------------------
-# The one place on the Julia side for it. The Rust core's element code for it is being added
-# beside this change: this mapping assumes it is the next named code, rsdlpack::ElementType::NAMED[15]
-# (`code() == 15`), 4 bytes with the alignment of one bfloat16. BFloat16s is a dependency, so a
-# BFloat16 type always exists and the element is always Complex{BFLOAT16}; no raw-pair fallback
-# is needed. (A raw code, RAW_CODE_BASE + 18 × 256 + 32, would not fit: DLPackRaw is one byte.)
+# kDLBcomplex (DLPack code 18, a complex number of two bfloat16) is the named code 15
+# (rsdlpack::ElementType::ComplexBF16): BFloat16s is a dependency, so it is always
+# Complex{BFLOAT16}, never raw pairs (DLPackRaw holds one byte).
 const BCOMPLEX = Complex{BFLOAT16}
-# ---------------------------------------------------------------------------------------------
 
 const ELEMENT_TYPES = (Bool, Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32, UInt64,
                        Float16, BFLOAT16, Float32, Float64, ComplexF32, ComplexF64, BCOMPLEX)
