@@ -344,6 +344,24 @@ def test_managed_tensor_from_py_object_gives_what_dunder_dlpack_gives(bridge):
         api.managed_tensor_from_py_object_no_sync(np.arange(3.0), ctypes.byref(out))
 
 
+def test_managed_memory_through_the_c_api_is_handed_out_unordered(bridge):
+    """The C API is "no_sync": its consumer orders streams through current_work_stream, so
+    CUDA-managed memory is handed out as it is, with or without a driver (a fuzz regression:
+    exchange_api/managed-memory-through-the-c-api-is-not-ordered)."""
+    a = np.arange(3.0)
+    tensor = imported(bridge, a)
+    tensor.contents.dl_tensor.device.device_type = 13  # kDLCUDAManaged
+    exporter, error = bridge.export(tensor)
+    assert error is None, error
+    api = exchange_api_of(type(exporter))
+    out = TENSOR_P()
+    assert api.managed_tensor_from_py_object_no_sync(exporter, ctypes.byref(out)) == 0
+    assert out.contents.dl_tensor.device.device_type == 13 and first_element(out) == a.ctypes.data
+    run_deleter(out)
+    del exporter
+    flush(bridge)
+
+
 def test_dltensor_from_py_object_is_a_view_while_the_exporter_lives(bridge):
     a = np.arange(24, dtype=np.int16).reshape(4, 6)[1:, ::2]
     exporter = exporter_over(bridge, a)

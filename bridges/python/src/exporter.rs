@@ -158,9 +158,10 @@ impl Exporter {
     /// exchange API, [`crate::exporter_api`]). Device memory is made ready on the legacy
     /// default stream, which is what that API's `current_work_stream` reports for it.
     pub(crate) fn managed_no_sync(&self) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
+        // Other memory is handed out unordered: "no_sync", the consumer orders its streams.
         let stream = match self.descriptor().device().kind {
             DeviceKind::Cuda => StreamRequest::LegacyDefault,
-            _ => StreamRequest::Omitted,
+            _ => StreamRequest::NoSync,
         };
         let request = ExportRequest {
             stream,
