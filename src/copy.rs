@@ -36,11 +36,11 @@ const MAPPED_THRESHOLD: usize = 4 << 20;
 ///
 /// Large buffers (≥ 4 MiB) are anonymous mappings on Linux rather than allocator memory: the
 /// allocator's aligned `alloc_zeroed` writes zeros over every page before the copy writes the
-/// data (measured: a fresh 1 GiB buffer then costs more than the copy itself), whereas a new
-/// mapping is zero already and its pages arrive on first write. They are marked for
-/// transparent huge pages where the kernel offers them (`madvise` mode), so a 1 GiB copy
-/// takes ~512 page faults instead of ~262,000. Reusing buffers across copies is not done:
-/// each copy's buffer is owned by the tensor it backs.
+/// data (a second pass over the whole buffer), whereas a new mapping is zero already and its
+/// pages arrive on first write. They are marked for transparent huge pages where the kernel
+/// offers them (`madvise` mode), so a 1 GiB copy takes ~512 page faults instead of ~262,000.
+/// Reusing buffers across copies is not done: each copy's buffer is owned by the tensor it
+/// backs.
 pub struct AlignedBuffer {
     ptr: NonNull<u8>,
     len: usize,
@@ -242,8 +242,8 @@ pub unsafe fn copy_into(
 /// times the previous extent). The output is dense column-major, so it steps through such a
 /// pair as one too: a column-major source becomes a single dim of stride 1, and a transpose
 /// of several dims the fewest planes. Empty for a one-element tensor. Written into the
-/// caller's empty lists: returned, the two 32-slot lists were moved whole, and that `memcpy`
-/// was a fifth of a 1 KiB copy.
+/// caller's empty lists: returned, the two 32-slot lists would be moved whole, a `memcpy` that
+/// small copies feel (BENCHMARKS.md, "Measured choices").
 fn merge_dims(
     descriptor: &TensorDescriptor,
     order: IndexOrder,
@@ -351,14 +351,9 @@ const TILE_BYTES: usize = 16 << 10;
 
 /// Rows and columns of the tile for `n`-byte elements: every output column piece written
 /// (rows × n bytes) and every source row piece read (columns × n) is 128–512 contiguous bytes,
-/// and the tile fits in [`TILE_BYTES`]. Measured on a 16384² float32 transpose: output pieces
-/// of 64 bytes written across columns cost twice a sequential write of the same bytes,
-/// 256-byte pieces about the same as one. Measured side by side on a 16384×32768 float16
-/// transpose: a 64 × 128 tile 0.45–0.52× memcpy, 64 × 64 (128-byte source pieces) 0.36×,
-/// 128 × 128 (32 KiB) or 64 × 256 no better than 64 × 128; wider tiles than these for 4- and
-/// 8-byte elements gained nothing. For 1-byte elements (with the SSE2 kernel, 1 GiB side by
-/// side): 128 × 256 and 256 × 128 (32 KiB) within 3% of 128 × 128, 64 × 128 and 64 × 256
-/// ~12% slower, 256 × 64 25% slower on stepped views.
+/// and the tile fits in [`TILE_BYTES`]: shorter pieces written across columns cost more than
+/// a sequential write of the same bytes, and larger tiles gained nothing (the shapes tried,
+/// side by side: BENCHMARKS.md, "Measured choices").
 const fn tile_shape(n: usize) -> (usize, usize) {
     match n {
         1 => (128, 128),
@@ -369,8 +364,8 @@ const fn tile_shape(n: usize) -> (usize, usize) {
 }
 
 /// Outputs from this many bytes on are written with non-temporal stores (x86_64): they cannot
-/// stay in a core's caches anyway, and plain stores first read every output line from memory
-/// (measured: a 1 GiB transpose ~10% slower with them).
+/// stay in a core's caches anyway, and plain stores first read every output line from memory,
+/// an extra pass over memory for a large transpose (BENCHMARKS.md, "Measured choices").
 const STREAM_THRESHOLD: usize = 8 << 20;
 
 /// Outputs of at most this many bytes (the tile's size) are transposed straight into place.
@@ -453,7 +448,7 @@ impl StridedCopy for Tiles<'_> {
         // A task is a band of `tile_rows` rows across all columns: the source is read as
         // `tile_rows` streams of whole rows, which the hardware prefetchers follow, and each
         // output column receives a `tile_rows`-element piece per band. (Walking a column strip down all rows
-        // instead reads a few lines per row, each a fresh cache miss: reads 2–3× slower.)
+        // instead reads a few lines per row, each a fresh cache miss.)
         let copy_task = |task: usize| {
             let (plane, band) = (task / bands, task % bands);
             let (source_base, out_base) = self.plane_start(plane);
@@ -601,10 +596,8 @@ impl Block {
     /// contiguous or every other element (else nothing). Returns how many rows and columns
     /// that covered.
     ///
-    /// Measured against the scalar path side by side (1 GiB, one thread): 1-byte transposes
-    /// 0.09× → 0.39× memcpy, stepped 0.15× → 0.23×; 2-byte transposes 0.15× → 0.36×, stepped
-    /// 0.27× → 0.35×; 8-byte stepped 0.37–0.41× → 0.43–0.50×, 8-byte transposes 0.51× → 0.55×
-    /// (1 KiB: 0.45× → 0.55×).
+    /// Faster than the scalar path for every width measured, contiguous and stepped (side by
+    /// side: BENCHMARKS.md, "Measured choices").
     ///
     /// # Safety
     /// As [`Self::transpose_into`], with `tile` in bytes and `N` 1, 2, 4 or 8.
@@ -678,7 +671,8 @@ fn store_fence() {
 }
 
 /// SSE2 kernels. SSE2 is part of the x86_64 baseline (every x86_64 target enables it), so they
-/// need no runtime feature check; they measured as fast as AVX2 ones here, bound by memory.
+/// need no runtime feature check; AVX2 ones would need one and gain nothing while the copy is
+/// bound by memory (BENCHMARKS.md, "Measured choices").
 #[cfg(target_arch = "x86_64")]
 mod sse2 {
     use std::arch::x86_64::*;
@@ -709,8 +703,8 @@ mod sse2 {
         // With lanes doubling from one element to half a register, register k ends up holding
         // the column whose index is k with its bits reversed. The rounds are spelled out, not
         // looped over widths: LLVM left such a loop rolled for 1-byte elements, with the
-        // registers in memory and a branch on the width per round (measured side by side: a
-        // 1 GiB uint8 transpose at 0.30× memcpy that way, 0.39× spelled out).
+        // registers in memory and a branch on the width per round, which is markedly slower
+        // (BENCHMARKS.md, "Measured choices").
         if N == 1 {
             perfect_shuffle::<1>(&mut rows, side);
         }
@@ -824,8 +818,8 @@ mod sse2 {
         let head = destination.align_offset(16).min(len);
         let tail = head + ((len - head) & !15);
         // SAFETY: the ranges split `0..len` (contract); the body's stores are 16-byte aligned.
-        // (The ends are usually empty: a `memcpy` call for nothing per piece cost ~6% of a
-        // 1 GiB transpose.)
+        // (The ends are usually empty: they are tested first, so that no piece pays for a
+        // `memcpy` call that copies nothing.)
         unsafe {
             if head > 0 {
                 std::ptr::copy_nonoverlapping(source, destination, head);

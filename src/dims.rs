@@ -2,8 +2,8 @@
 //!
 //! Every per-dimension list the core computes (shape, strides, a plan's parent dims, ranges and
 //! permutation) has at most [`MAX_NDIM`] entries, and importing a tensor builds several of them.
-//! Keeping them inline instead of on the heap takes the allocator off the import path (the
-//! fast-path issue measured ~15 small allocations per plan), and makes a descriptor `Copy`.
+//! Keeping them inline instead of on the heap takes the allocator off the import path (each list
+//! would otherwise be a small allocation of its own), and makes a descriptor `Copy`.
 //! A `DimVec` reads like a slice (`Deref<Target = [T]>`) and prints like one. Slots past its
 //! length stay uninitialised, so that making one costs nothing.
 
@@ -25,8 +25,8 @@ pub struct DimVec<T: Copy + Default> {
 impl<T: Copy + Default> DimVec<T> {
     pub fn new() -> Self {
         // Built field by field: written as a struct literal, LLVM merges the length's store
-        // with the uninitialised slots into one memset of the whole list (measured: two such
-        // memsets were a quarter of planning a 2-d tensor).
+        // with the uninitialised slots into one memset of the whole list, which a small plan
+        // pays for on every call (BENCHMARKS.md, "Measured choices").
         let mut dims = MaybeUninit::<Self>::uninit();
         // SAFETY: `len` is written before the value is assumed initialised, and `items` is
         // `MaybeUninit` slots, which need no initialisation; `len = 0` keeps the invariant.
@@ -67,9 +67,9 @@ impl<T: Copy + Default> DimVec<T> {
         if values.len() > free.len() {
             return None;
         }
-        // Most tensors have a few dims: copied by a loop of unknown length, they went through a
-        // call to `memcpy`, which costs more than moving two values (seen in the import's
-        // profile from C). Short lists are copied at a length known here instead.
+        // Most tensors have a few dims: copied by a loop of unknown length, they would go
+        // through a call to `memcpy`, which costs more than moving two values. Short lists are
+        // copied at a length known here instead (BENCHMARKS.md, "Measured choices").
         match values.len() {
             1 => copy_exact::<T, 1>(free, values),
             2 => copy_exact::<T, 2>(free, values),

@@ -64,8 +64,8 @@ impl ElementType {
 
     /// Reads a DLPack dtype. `subbyte_padded` is the `IS_SUBBYTE_TYPE_PADDED` flag.
     // Inlined, with the decoding behind an `Option` (returned in a register): a `Result` with
-    // an `Error` inside is returned through memory, and its reload stalled every import
-    // (store-to-load forwarding, in `validate_into`'s profile).
+    // an `Error` inside is returned through memory, and reloading it stalls every import on
+    // store-to-load forwarding (BENCHMARKS.md, "Measured choices").
     #[inline]
     pub fn from_dlpack(dtype: DLDataType, subbyte_padded: bool) -> Result<Self> {
         match Self::decode(dtype, subbyte_padded) {

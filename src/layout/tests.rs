@@ -496,8 +496,8 @@ fn empty_tensors_are_empty_whatever_their_other_dimensions() {
 
 #[test]
 fn strides_that_defeated_the_divisor_search_plan_at_once() {
-    // Highly composite strides that barely fail to nest: the old search branched on thousands
-    // of divisors per level until a work budget stopped it (85 ms). Now a few gcds decide.
+    // Highly composite strides that barely fail to nest: a search that branches on divisors
+    // would try thousands per level; a few gcds must decide them.
     let composite = 963_761_198_400i64;
     let mut shape = vec![2i64; 32];
     let mut strides: Vec<i64> = (0..32).map(|k| composite * k).collect();

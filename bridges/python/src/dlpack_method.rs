@@ -2,8 +2,8 @@
 //! as a vectorcall method (`METH_FASTCALL | METH_KEYWORDS`) that reads its keywords itself.
 //!
 //! Why: pyo3's generated wrapper matches every keyword name by its UTF-8 text on every call
-//! and extracts `max_version` through its generic tuple conversion; on the share round trip
-//! (`RSDLPACK_BENCH_PROFILE=share`) those two took ~15% of the time. Consumers pass the same
+//! and extracts `max_version` through its generic tuple conversion, both a visible part of the
+//! share round trip (BENCHMARKS.md, "Measured choices"). Consumers pass the same
 //! keyword-name tuple and the same `max_version` tuple on every call (NumPy keeps both in
 //! statics, torch's are code constants), so each answer is remembered by object identity: the
 //! calling thread's last keyword-name tuple with the slot of each name, and its last

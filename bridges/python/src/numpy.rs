@@ -1,11 +1,11 @@
 //! NumPy, the peer whose arrays always live in host memory.
 //!
 //! Asking a producer for `dl_device=(CPU, 0)` when its tensor is on the CPU already changes
-//! nothing, but NumPy parses the tuple (`device_converter` + `PyArg_ParseTuple`: ~35 ns of a
-//! ~140 ns `__dlpack__` call). Every `from_dlpack(Array, x)` asks for the CPU, so the importer
-//! leaves the argument out for `numpy.ndarray` itself, whose memory is host memory by
-//! construction; the result's device is checked against the request all the same. Subclasses
-//! may override `__dlpack__`, so only the exact type qualifies.
+//! nothing, but NumPy parses the tuple (`device_converter` + `PyArg_ParseTuple`), a large part
+//! of its `__dlpack__` call (BENCHMARKS.md, "Measured choices"). Every `from_dlpack(Array, x)`
+//! asks for the CPU, so the importer leaves the argument out for `numpy.ndarray` itself, whose
+//! memory is host memory by construction; the result's device is checked against the request
+//! all the same. Subclasses may override `__dlpack__`, so only the exact type qualifies.
 
 use pyo3::prelude::*;
 use pyo3::types::PyType;
