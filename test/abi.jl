@@ -1,0 +1,30 @@
+# The C boundary, without Python: the sizes of the C struct mirrors and the codes and messages
+# that cross it (index order, copy, error kinds, import options). Included by runtests.jl
+# inside its "Julia side, no Python" testset (every process runs it).
+
+@testset "C struct mirrors" begin
+    # The same sizes the Python bridge reports (checked again when it loads).
+    @test sizeof(RsDLPack.ImportOptions) == 32
+    @test sizeof(RsDLPack.PlanOptions) == 40
+    @test sizeof(RsDLPack.ArrayPlan) == 1576
+    @test sizeof(RsDLPack.ImportResult) == 1584
+    @test sizeof(RsDLPack.ArrayExport) == 72
+    @test sizeof(RsDLPack.ShareResult) == 16
+end
+
+@testset "codes and messages" begin
+    @test RsDLPack.index_order_code(:producer) == 0x00
+    @test RsDLPack.index_order_code(:reversed) == 0x01
+    @test_throws ArgumentError RsDLPack.index_order_code(:sideways)
+    @test RsDLPack.copy_code(nothing) == -1 && RsDLPack.copy_code(true) == 1 && RsDLPack.copy_code(false) == 0
+    e = RsDLPack.native_error("[buffer] a zero-copy view is impossible")
+    @test e.kind == :buffer && e.message == "a zero-copy view is impossible"
+    @test RsDLPack.native_error("plain").kind == :invalid
+    jlrs_style = RsDLPack.native_error("Exception: [buffer] read-only")  # as jlrs formats it
+    @test jlrs_style.kind == :buffer && jlrs_style.message == "read-only"
+    @test RsDLPack.error_kind(2) == :buffer && RsDLPack.error_kind(77) == :internal
+    @test sprint(showerror, DLPackError(:invalid, "x")) == "DLPackError (invalid): x"
+    o = RsDLPack.ImportOptions(; stream=5, device=(2, 1), copy=false)
+    @test (o.has_stream, o.stream, o.has_device, o.device_type, o.device_id, o.copy) == (1, 5, 1, 2, 1, 0)
+    @test RsDLPack.ImportOptions().copy == -1
+end
