@@ -43,9 +43,8 @@ use rsdlpack::dlpark::ffi::{
     DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackVersion, DLTensor,
 };
 use rsdlpack::stream::StreamRequest;
-use rsdlpack::{
-    Device, DeviceKind, DimVec, ElementType, ImportedTensor, ManagedTensor, TensorDescriptor,
-};
+use rsdlpack::{Device, DeviceKind, ElementType, ImportedTensor, ManagedTensor, TensorDescriptor};
+use rsdlpack_fuzz::{SmallSource, dlpack_flags, exception_for, is_padded, patterned_buffer};
 use rsdlpack_python::exchange_api::imports_through_c_api;
 use rsdlpack_python::{ErrorCode, Exporter, ImportRequest, import};
 use std::cell::RefCell;
@@ -157,6 +156,8 @@ impl Dtype {
     }
 }
 
+/// The shared device kinds ([`rsdlpack_fuzz::Dev`]) and any raw type and id. Its own enum, not
+/// a wrapper of the shared one: the variants in this order are how the corpus encodes it.
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Dev {
     Cpu,
@@ -169,18 +170,21 @@ enum Dev {
 
 impl Dev {
     fn to_dlpack(self) -> DLDevice {
-        let (device_type, device_id) = match self {
-            Dev::Cpu => (DLDeviceType::CPU, 0),
-            Dev::Cuda(id) => (DLDeviceType::CUDA, i32::from(id % 3)),
-            Dev::CudaHost => (DLDeviceType::CUDAHOST, 0),
-            Dev::CudaManaged => (DLDeviceType::CUDAMANAGED, 0),
-            Dev::Other(t) => (DLDeviceType(u32::from(t)), 0),
-            Dev::Raw(t, id) => (DLDeviceType(t), id),
+        use rsdlpack_fuzz::Dev as Kind;
+        let kind = match self {
+            Dev::Cpu => Kind::Cpu,
+            Dev::Cuda(id) => Kind::Cuda(id),
+            Dev::CudaHost => Kind::CudaHost,
+            Dev::CudaManaged => Kind::CudaManaged,
+            Dev::Other(t) => Kind::Other(t),
+            Dev::Raw(t, device_id) => {
+                return DLDevice {
+                    device_type: DLDeviceType(t),
+                    device_id,
+                };
+            }
         };
-        DLDevice {
-            device_type,
-            device_id,
-        }
+        kind.to_dlpack()
     }
 }
 
@@ -398,10 +402,7 @@ fn build(f: &Foreign) -> Built {
         },
         Version::Raw(major, minor) => DLPackVersion { major, minor },
     };
-    let mut flags = DlpackFlags::from_bits_retain(u64::from(f.flags & 7));
-    if let Some(bit) = f.unknown_flag {
-        flags |= DlpackFlags::from_bits_retain(1 << (3 + u32::from(bit) % 61));
-    }
+    let flags = dlpack_flags(f.flags, f.unknown_flag);
     let device = f.device.to_dlpack();
     let fake = |address: usize| DLTensor {
         data: address as *mut c_void,
@@ -438,16 +439,7 @@ fn build(f: &Foreign) -> Built {
             && d.device().kind.host_accessible()
             && high - low <= REAL_SPAN_LIMIT
         {
-            let buffer = AlignedBuffer::zeroed((high - low) as usize);
-            for j in 0..buffer.len() {
-                // SAFETY: inside the buffer, which nobody else sees yet.
-                unsafe {
-                    buffer
-                        .as_ptr()
-                        .add(j)
-                        .write((j as u8).wrapping_mul(29) ^ 0xa5)
-                };
-            }
+            let buffer = patterned_buffer((high - low) as usize, 29, 0xa5);
             let first = buffer.as_ptr() as usize + (-low) as usize;
             let offset = usize::from(f.byte_offset).min(first - buffer.as_ptr() as usize);
             tensor.data = (first - offset) as *mut c_void;
@@ -538,30 +530,18 @@ struct Entry {
     readable: bool,
 }
 
-/// Counts releases of the source exporter's owner.
-struct Counted(Arc<AtomicUsize>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 fn source_entry(py: Python<'_>, s: &SourceIn, count: &Arc<AtomicUsize>) -> Entry {
-    let device = Device::from_dlpack(s.device.to_dlpack());
-    let element =
-        ElementType::from_dlpack(s.dtype.to_dlpack(), true).unwrap_or(ElementType::Float32);
-    let rank = usize::from(s.rank % 3);
-    let shape: Vec<i64> = s.dims[..rank].iter().map(|&d| i64::from(d % 4)).collect();
-    let shape = DimVec::from_slice(&shape).unwrap();
-    let buffer = AlignedBuffer::zeroed(256);
-    let spec = TensorDescriptor::compact(buffer.as_ptr() as usize, device, element, &shape, true)
-        .unwrap_or_else(|e| panic!("a small dense source is not valid: {e}"))
-        .with_read_only(s.read_only);
-    let managed =
-        rsdlpack::export::export_versioned(&spec, (buffer, Counted(Arc::clone(count))), 3)
-            .unwrap_or_else(|e| panic!("a small dense source does not export: {e}"));
-    let tensor = ImportedTensor::new(ManagedTensor::Versioned(managed)).unwrap();
+    let source = SmallSource {
+        device: Device::from_dlpack(s.device.to_dlpack()),
+        element: ElementType::from_dlpack(s.dtype.to_dlpack(), true)
+            .unwrap_or(ElementType::Float32),
+        rank: s.rank,
+        dims: s.dims,
+        row_major: true,
+        read_only: s.read_only,
+        is_copied: false,
+    };
+    let tensor = source.over(AlignedBuffer::zeroed(256), count);
     let descriptor = tensor.descriptor().clone();
     Entry {
         object: Py::new(py, Exporter::new(tensor, None)).unwrap().into_any(),
@@ -606,17 +586,6 @@ fn object<'py>(
 // ---------------------------------------------------------------------------------------------
 // The error convention.
 
-fn exception_for(py: Python<'_>, code: ErrorCode) -> Bound<'_, PyType> {
-    use pyo3::exceptions::*;
-    match code {
-        ErrorCode::Invalid => py.get_type::<PyValueError>(),
-        ErrorCode::Buffer => py.get_type::<PyBufferError>(),
-        ErrorCode::NotDlpack => py.get_type::<PyTypeError>(),
-        ErrorCode::Resource => py.get_type::<PyMemoryError>(),
-        ErrorCode::Producer | ErrorCode::Internal => py.get_type::<PyRuntimeError>(),
-    }
-}
-
 /// A Python-side function's status: 0 with no exception, or -1 with one of type `allowed`
 /// (never RuntimeError, a caught panic). Returns whether it succeeded.
 fn convention(py: Python<'_>, status: c_int, allowed: &[ErrorCode], what: &str) -> bool {
@@ -642,10 +611,6 @@ fn convention(py: Python<'_>, status: c_int, allowed: &[ErrorCode], what: &str) 
 /// it for the stream ordering).
 fn export_outcome(d: &TensorDescriptor) -> Option<ErrorCode> {
     (d.device().kind == DeviceKind::Cuda).then_some(ErrorCode::Buffer)
-}
-
-fn is_padded(element: ElementType) -> bool {
-    matches!(element, ElementType::RawBytes { bits, .. } if bits < 8)
 }
 
 fn same_tensor(a: &TensorDescriptor, b: &TensorDescriptor) {
@@ -798,42 +763,54 @@ fn allocate(py: Python<'_>, p: &Prototype, null_out: bool, set_error: bool) {
     drop(managed);
 }
 
-fn managed_from_py(py: Python<'_>, pool: &[Entry], o: Object, null_out: bool) {
-    let table = our_table(py);
+/// Calls `f`, one of the two functions that read an exporter (`name`), on the object `o`
+/// names, with `out` or a null out-pointer, and checks the error convention: null arguments are
+/// ValueError, other objects TypeError, and an exporter gets `refusal` of its tensor (no error:
+/// success). Returns the exporter's descriptor on success.
+fn from_py<'a, T>(
+    py: Python<'_>,
+    pool: &'a [Entry],
+    o: Object,
+    (name, f): (&str, unsafe extern "C" fn(*mut c_void, *mut T) -> c_int),
+    out: Option<&mut T>,
+    refusal: impl Fn(&TensorDescriptor) -> Option<ErrorCode>,
+) -> Option<&'a TensorDescriptor> {
     let target = object(py, pool, o);
-    let mut out: *mut DLManagedTensorVersioned = null_mut();
-    let f = table
-        .managed_tensor_from_py_object_no_sync
-        .expect("present");
+    let null_out = out.is_none();
     // SAFETY: the GIL is held; the object is live or null; `out` writable or null.
     let status = unsafe {
         f(
             target
                 .as_ref()
                 .map_or(null_mut(), |(t, _)| t.as_ptr().cast()),
-            if null_out { null_mut() } else { &mut out },
+            out.map_or(null_mut(), |out| out as *mut T),
         )
     };
     let (allowed, expect_ok) = match &target {
         _ if null_out => (vec![ErrorCode::Invalid], false),
         None => (vec![ErrorCode::Invalid], false),
         Some((_, None)) => (vec![ErrorCode::NotDlpack], false),
-        Some((_, Some(k))) => match export_outcome(&pool[*k].descriptor) {
+        Some((_, Some(k))) => match refusal(&pool[*k].descriptor) {
             Some(code) => (vec![code], false),
             None => (vec![], true),
         },
     };
-    let ok = convention(
-        py,
-        status,
-        &allowed,
-        "managed_tensor_from_py_object_no_sync",
-    );
-    assert_eq!(ok, expect_ok, "managed_tensor_from_py_object_no_sync {o:?}");
-    if !ok {
+    let ok = convention(py, status, &allowed, name);
+    assert_eq!(ok, expect_ok, "{name} {o:?}");
+    ok.then(|| &pool[target.unwrap().1.unwrap()].descriptor)
+}
+
+fn managed_from_py(py: Python<'_>, pool: &[Entry], o: Object, null_out: bool) {
+    let table = our_table(py);
+    let f = table
+        .managed_tensor_from_py_object_no_sync
+        .expect("present");
+    let mut out: *mut DLManagedTensorVersioned = null_mut();
+    let call = ("managed_tensor_from_py_object_no_sync", f);
+    let out_pointer = (!null_out).then_some(&mut out);
+    let Some(source) = from_py(py, pool, o, call, out_pointer, export_outcome) else {
         return;
-    }
-    let source = &pool[target.unwrap().1.unwrap()].descriptor;
+    };
     // SAFETY: on success `out` is an owned tensor.
     let managed = unsafe { ManagedTensor::from_versioned_raw(out) }.expect("a 1.x tensor");
     let d = describe(&managed).expect("an export validates");
@@ -853,7 +830,7 @@ fn managed_from_py(py: Python<'_>, pool: &[Entry], o: Object, null_out: bool) {
 
 fn dltensor_from_py(py: Python<'_>, pool: &[Entry], o: Object, null_out: bool) {
     let table = our_table(py);
-    let target = object(py, pool, o);
+    let f = table.dltensor_from_py_object_no_sync.expect("present");
     let mut out = DLTensor {
         data: 0x1 as *mut c_void,
         device: DLDevice {
@@ -866,38 +843,18 @@ fn dltensor_from_py(py: Python<'_>, pool: &[Entry], o: Object, null_out: bool) {
         strides: null_mut(),
         byte_offset: 7,
     };
-    let f = table.dltensor_from_py_object_no_sync.expect("present");
-    // SAFETY: as in `managed_from_py`.
-    let status = unsafe {
-        f(
-            target
-                .as_ref()
-                .map_or(null_mut(), |(t, _)| t.as_ptr().cast()),
-            if null_out { null_mut() } else { &mut out },
-        )
-    };
-    let (allowed, expect_ok) = match &target {
-        _ if null_out => (vec![ErrorCode::Invalid], false),
-        None => (vec![ErrorCode::Invalid], false),
-        Some((_, None)) => (vec![ErrorCode::NotDlpack], false),
-        Some((_, Some(k))) => {
-            let d = &pool[*k].descriptor;
-            if d.read_only() || is_padded(d.element()) {
-                (vec![ErrorCode::Buffer], false)
-            } else {
-                match export_outcome(d) {
-                    Some(code) => (vec![code], false),
-                    None => (vec![], true),
-                }
-            }
+    // A `DLTensor` has no flags: read-only and padded tensors are refused.
+    let refusal = |d: &TensorDescriptor| {
+        if d.read_only() || is_padded(d.element()) {
+            Some(ErrorCode::Buffer)
+        } else {
+            export_outcome(d)
         }
     };
-    let ok = convention(py, status, &allowed, "dltensor_from_py_object_no_sync");
-    assert_eq!(ok, expect_ok, "dltensor_from_py_object_no_sync {o:?}");
-    if !ok {
+    let call = ("dltensor_from_py_object_no_sync", f);
+    let Some(source) = from_py(py, pool, o, call, (!null_out).then_some(&mut out), refusal) else {
         return;
-    }
-    let source = &pool[target.unwrap().1.unwrap()].descriptor;
+    };
     assert_eq!(out.byte_offset, 0);
     // SAFETY: the view's shape and strides point into the live exporter's descriptor.
     let d = unsafe { TensorDescriptor::validate(&out, None, DlpackFlags::empty()) }

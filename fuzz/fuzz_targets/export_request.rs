@@ -29,16 +29,14 @@ use libfuzzer_sys::fuzz_target;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyCapsule, PyDict, PyFloat, PyList, PyString, PyTuple};
-use rsdlpack::copy::AlignedBuffer;
 use rsdlpack::dlpark::DlpackFlags;
 use rsdlpack::dlpark::ffi::{
     DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
     DLPackVersion,
 };
 use rsdlpack::stream::StreamRequest;
-use rsdlpack::{
-    Device, DeviceKind, ElementType, ErrorKind, ImportedTensor, ManagedTensor, TensorDescriptor,
-};
+use rsdlpack::{Device, DeviceKind, ElementType, ErrorKind, ImportedTensor, TensorDescriptor};
+use rsdlpack_fuzz::{Dev, SmallSource, exception_for, is_padded, patterned_buffer};
 use rsdlpack_python::negotiate::{Capsule, ExportPlan, ExportRequest, Memory, Source, plan_export};
 use rsdlpack_python::request::{
     VersionRequest, copy_from_python, device_from_python, stream_from_python,
@@ -48,32 +46,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const CURRENT_MINOR: u32 = DLPackVersion::CURRENT.minor;
-
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Dev {
-    Cpu,
-    Cuda(u8),
-    CudaHost,
-    CudaManaged,
-    /// Any device type number (ROCm is 10; 0 is never valid).
-    Other(u8),
-}
-
-impl Dev {
-    fn device(self) -> Device {
-        let (device_type, device_id) = match self {
-            Dev::Cpu => (DLDeviceType::CPU, 0),
-            Dev::Cuda(id) => (DLDeviceType::CUDA, i32::from(id % 3)),
-            Dev::CudaHost => (DLDeviceType::CUDAHOST, 0),
-            Dev::CudaManaged => (DLDeviceType::CUDAMANAGED, 0),
-            Dev::Other(t) => (DLDeviceType(u32::from(t)), 0),
-        };
-        Device::from_dlpack(DLDevice {
-            device_type,
-            device_id,
-        })
-    }
-}
 
 /// An element type: a DLPack (code, bits) pair and the padded flag, read by the dtype table;
 /// pairs it refuses become Float32.
@@ -292,10 +264,6 @@ fn needed_minor(element: ElementType) -> u32 {
     }
 }
 
-fn is_padded(element: ElementType) -> bool {
-    matches!(element, ElementType::RawBytes { bits, .. } if bits < 8)
-}
-
 /// The rules, restated independently of `plan_export` (see its module docs): the plan or the
 /// error code.
 fn model(source: &Source, request: &ExportRequest) -> Result<ExportPlan, ErrorCode> {
@@ -327,7 +295,13 @@ fn model(source: &Source, request: &ExportRequest) -> Result<ExportPlan, ErrorCo
         }
         (false, Some(true)) => Memory::HostCopy,
         // Pinned host memory and other devices cannot honour a stream.
-        (false, _) if !quiet && !matches!(kind, DeviceKind::Cpu | DeviceKind::Cuda | DeviceKind::CudaManaged) => {
+        (false, _)
+            if !quiet
+                && !matches!(
+                    kind,
+                    DeviceKind::Cpu | DeviceKind::Cuda | DeviceKind::CudaManaged
+                ) =>
+        {
             return Err(ErrorCode::Buffer);
         }
         (false, _) => Memory::Shared {
@@ -386,7 +360,10 @@ fn check_plan(source: &Source, request: &ExportRequest, plan: &Result<ExportPlan
         Capsule::Versioned { minor } => {
             let max = max_minor(request).expect("a versioned request");
             assert!(minor <= max && minor <= CURRENT_MINOR, "{plan:?}");
-            assert!(minor >= needed_minor(source.element), "{plan:?} for {source:?}");
+            assert!(
+                minor >= needed_minor(source.element),
+                "{plan:?} for {source:?}"
+            );
             if is_padded(source.element) {
                 assert!(minor >= 1, "{plan:?} for {source:?}");
             }
@@ -406,8 +383,10 @@ fn check_plan(source: &Source, request: &ExportRequest, plan: &Result<ExportPlan
             );
             assert_eq!(
                 consumer_stream.is_some(),
-                matches!(source.device.kind, DeviceKind::Cuda | DeviceKind::CudaManaged)
-                    && request.stream != StreamRequest::NoSync
+                matches!(
+                    source.device.kind,
+                    DeviceKind::Cuda | DeviceKind::CudaManaged
+                ) && request.stream != StreamRequest::NoSync
             );
         }
         Memory::HostCopy | Memory::DeviceToHost => {
@@ -426,52 +405,20 @@ fn check_plan(source: &Source, request: &ExportRequest, plan: &Result<ExportPlan
 // ---------------------------------------------------------------------------------------------
 // The real `__dlpack__`, in an embedded interpreter.
 
-/// Counts releases of a source's owner.
-struct Counted(Arc<AtomicUsize>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-const BUFFER_BYTES: usize = 256;
-
 /// A source tensor over a real, patterned buffer (row-major for packed sub-byte types, which
 /// allow no other layout).
 fn source_tensor(input: &SourceIn, source: &Source, count: &Arc<AtomicUsize>) -> ImportedTensor {
-    let buffer = AlignedBuffer::zeroed(BUFFER_BYTES);
-    for j in 0..BUFFER_BYTES {
-        // SAFETY: inside the buffer, which nobody else sees yet.
-        unsafe {
-            buffer
-                .as_ptr()
-                .add(j)
-                .write((j as u8).wrapping_mul(37) ^ 0x5a)
-        };
-    }
-    let rank = usize::from(input.rank % 3);
-    let shape: Vec<i64> = input.dims[..rank]
-        .iter()
-        .map(|&d| i64::from(d % 4))
-        .collect();
     let packed = matches!(source.element, ElementType::PackedBits { .. });
-    let spec = TensorDescriptor::compact(
-        buffer.as_ptr() as usize,
-        source.device,
-        source.element,
-        &shape,
-        packed || !input.column_major,
-    )
-    .unwrap_or_else(|e| panic!("a small dense source is not valid: {e}"))
-    .with_read_only(source.read_only)
-    .with_is_copied(input.is_copied);
-    let owner = (buffer, Counted(Arc::clone(count)));
-    let managed = match rsdlpack::export::export_versioned(&spec, owner, CURRENT_MINOR) {
-        Ok(managed) => managed,
-        Err(e) => panic!("a small dense source does not export: {e}; {spec:?}"),
+    let small = SmallSource {
+        device: source.device,
+        element: source.element,
+        rank: input.rank,
+        dims: input.dims,
+        row_major: packed || !input.column_major,
+        read_only: source.read_only,
+        is_copied: input.is_copied,
     };
-    ImportedTensor::new(ManagedTensor::Versioned(managed)).expect("validated on export")
+    small.over(patterned_buffer(256, 37, 0x5a), count)
 }
 
 fn scalar<'py>(py: Python<'py>, value: Scalar) -> Bound<'py, PyAny> {
@@ -628,18 +575,6 @@ fn check_python(input: &SourceIn, source: &Source, request: &PyRequest) {
         1,
         "the source's owner is released exactly once"
     );
-}
-
-/// The Python exception of each error code (the table in `bridges/python/src/error.rs`).
-fn exception_for(py: Python<'_>, code: ErrorCode) -> Bound<'_, pyo3::types::PyType> {
-    use pyo3::exceptions::*;
-    match code {
-        ErrorCode::Invalid => py.get_type::<PyValueError>(),
-        ErrorCode::Buffer => py.get_type::<PyBufferError>(),
-        ErrorCode::NotDlpack => py.get_type::<PyTypeError>(),
-        ErrorCode::Resource => py.get_type::<PyMemoryError>(),
-        ErrorCode::Producer | ErrorCode::Internal => py.get_type::<PyRuntimeError>(),
-    }
 }
 
 /// The capsule holds what the plan says, over the source's memory or a faithful copy.

@@ -30,6 +30,7 @@ use rsdlpack::export::export_versioned;
 use rsdlpack::{
     CopyPolicy, ElementType, Error, IndexOrder, LayoutPlan, TensorDescriptor, ViewPlan,
 };
+use rsdlpack_fuzz::dlpack_flags;
 use std::alloc::Layout;
 
 /// Largest byte span the copy check backs with real memory.
@@ -331,10 +332,7 @@ fn check(input: &Input) {
         ndim,
         null_strides: input.null_strides,
     };
-    let mut flags = DlpackFlags::from_bits_retain(u64::from(input.flags & 7));
-    if let Some(bit) = input.unknown_flag {
-        flags |= DlpackFlags::from_bits_retain(1 << (3 + u32::from(bit) % 61));
-    }
+    let flags = dlpack_flags(input.flags, input.unknown_flag);
     let version = input.minor.map(|m| DLPackVersion {
         major: 1,
         minor: u32::from(m % 4),
@@ -423,7 +421,10 @@ fn packed_within_limits(input: &Input, raw: &Raw, first_element: u128) -> bool {
         .shape
         .iter()
         .try_fold(1u128, |p, &n| p.checked_mul(n as u128));
-    let Some(bytes) = elements.and_then(|e| e.checked_mul(bits)).map(|b| b.div_ceil(8)) else {
+    let Some(bytes) = elements
+        .and_then(|e| e.checked_mul(bits))
+        .map(|b| b.div_ceil(8))
+    else {
         return false;
     };
     elements.is_some_and(|e| e <= usize::MAX as u128)
