@@ -7,32 +7,12 @@ mod common;
 
 use common::*;
 use pyo3::prelude::*;
-use rsdlpack::ElementType;
 use rsdlpack::layout::{CopyPolicy, IndexOrder, LayoutPlan, plan};
 
 #[test]
 fn every_jax_dtype_scalars_and_empty_arrays_arrive_zero_copy_as_legacy_tensors() {
-    let table = [
-        ("bool", ElementType::Bool),
-        ("int8", ElementType::Int8),
-        ("int16", ElementType::Int16),
-        ("int32", ElementType::Int32),
-        ("int64", ElementType::Int64),
-        ("uint8", ElementType::UInt8),
-        ("uint16", ElementType::UInt16),
-        ("uint32", ElementType::UInt32),
-        ("uint64", ElementType::UInt64),
-        ("float16", ElementType::Float16),
-        ("bfloat16", ElementType::BFloat16),
-        ("float32", ElementType::Float32),
-        ("float64", ElementType::Float64),
-        ("complex64", ElementType::ComplexF32),
-        ("complex128", ElementType::ComplexF64),
-        ("float8_e4m3fn", ElementType::RawBytes { code: 10, bits: 8 }),
-        ("float8_e5m2", ElementType::RawBytes { code: 12, bits: 8 }),
-    ];
     Python::attach(|py| {
-        for (name, element) in table {
+        for (name, element) in dtypes(Peer::Jax) {
             let array = run(
                 py,
                 &format!(

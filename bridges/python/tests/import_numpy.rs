@@ -33,24 +33,8 @@ fn numpy_layout(array: &Bound<'_, PyAny>) -> (usize, Vec<i64>, Vec<i64>) {
 
 #[test]
 fn every_numpy_dtype_arrives_zero_copy_with_its_element_type() {
-    let table = [
-        ("bool", ElementType::Bool),
-        ("int8", ElementType::Int8),
-        ("int16", ElementType::Int16),
-        ("int32", ElementType::Int32),
-        ("int64", ElementType::Int64),
-        ("uint8", ElementType::UInt8),
-        ("uint16", ElementType::UInt16),
-        ("uint32", ElementType::UInt32),
-        ("uint64", ElementType::UInt64),
-        ("float16", ElementType::Float16),
-        ("float32", ElementType::Float32),
-        ("float64", ElementType::Float64),
-        ("complex64", ElementType::ComplexF32),
-        ("complex128", ElementType::ComplexF64),
-    ];
     Python::attach(|py| {
-        for (name, element) in table {
+        for (name, element) in dtypes(Peer::NumPy) {
             let array = run(
                 py,
                 &format!("result = np.arange(12).reshape(3, 4).astype('{name}')"),

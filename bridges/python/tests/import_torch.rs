@@ -8,11 +8,11 @@ use common::*;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
+use rsdlpack::Device;
 use rsdlpack::dlpark::ffi::{
     DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
     DLPackVersion,
 };
-use rsdlpack::{Device, ElementType};
 use rsdlpack_python::exchange_api::imports_through_c_api;
 use rsdlpack_python::{BridgeError, ImportRequest, import};
 use std::ffi::{CString, c_int, c_void};
@@ -39,25 +39,8 @@ fn import_counted(
 
 #[test]
 fn torch_tensors_of_every_dtype_come_through_the_c_exchange_api_zero_copy() {
-    let table = [
-        ("bool", ElementType::Bool),
-        ("int8", ElementType::Int8),
-        ("int16", ElementType::Int16),
-        ("int32", ElementType::Int32),
-        ("int64", ElementType::Int64),
-        ("uint8", ElementType::UInt8),
-        ("uint16", ElementType::UInt16),
-        ("uint32", ElementType::UInt32),
-        ("uint64", ElementType::UInt64),
-        ("float16", ElementType::Float16),
-        ("bfloat16", ElementType::BFloat16),
-        ("float32", ElementType::Float32),
-        ("float64", ElementType::Float64),
-        ("complex64", ElementType::ComplexF32),
-        ("complex128", ElementType::ComplexF64),
-    ];
     Python::attach(|py| {
-        for (name, element) in table {
+        for (name, element) in dtypes(Peer::Torch) {
             let t = torch(
                 py,
                 &format!("result = torch.arange(24).reshape(4, 6).to(torch.{name})[1:, ::2]"),

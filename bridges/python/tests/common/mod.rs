@@ -87,3 +87,54 @@ pub fn rust_tensor(
 pub fn releases(count: &Arc<AtomicUsize>) -> usize {
     count.load(Ordering::SeqCst)
 }
+
+/// A producer whose dtypes the import tests go through.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Peer {
+    NumPy,
+    Torch,
+    Jax,
+}
+
+const EVERY_PEER: &[Peer] = &[Peer::NumPy, Peer::Torch, Peer::Jax];
+
+/// Every dtype the import tests bring in, by the name the peers share (`np.`, `torch.` and
+/// `jnp.` spell them alike), with the element type the bridge must read it as and the peers
+/// whose import test goes through it. One table, so that a dtype's element type is stated once.
+const DTYPES: &[(&str, ElementType, &[Peer])] = &[
+    ("bool", ElementType::Bool, EVERY_PEER),
+    ("int8", ElementType::Int8, EVERY_PEER),
+    ("int16", ElementType::Int16, EVERY_PEER),
+    ("int32", ElementType::Int32, EVERY_PEER),
+    ("int64", ElementType::Int64, EVERY_PEER),
+    ("uint8", ElementType::UInt8, EVERY_PEER),
+    ("uint16", ElementType::UInt16, EVERY_PEER),
+    ("uint32", ElementType::UInt32, EVERY_PEER),
+    ("uint64", ElementType::UInt64, EVERY_PEER),
+    ("float16", ElementType::Float16, EVERY_PEER),
+    // NumPy has no bfloat16 of its own.
+    ("bfloat16", ElementType::BFloat16, &[Peer::Torch, Peer::Jax]),
+    ("float32", ElementType::Float32, EVERY_PEER),
+    ("float64", ElementType::Float64, EVERY_PEER),
+    ("complex64", ElementType::ComplexF32, EVERY_PEER),
+    ("complex128", ElementType::ComplexF64, EVERY_PEER),
+    // fp8 through JAX (ml_dtypes): raw bytes with their DLPack code.
+    (
+        "float8_e4m3fn",
+        ElementType::RawBytes { code: 10, bits: 8 },
+        &[Peer::Jax],
+    ),
+    (
+        "float8_e5m2",
+        ElementType::RawBytes { code: 12, bits: 8 },
+        &[Peer::Jax],
+    ),
+];
+
+/// The dtypes `peer` has, in the table's order: (name, element type).
+pub fn dtypes(peer: Peer) -> impl Iterator<Item = (&'static str, ElementType)> {
+    DTYPES
+        .iter()
+        .filter(move |(_, _, peers)| peers.contains(&peer))
+        .map(|&(name, element, _)| (name, element))
+}
