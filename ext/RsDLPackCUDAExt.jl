@@ -6,7 +6,7 @@ module RsDLPackCUDAExt
 
 using CUDA: CUDA, CuArray, CuContext, CuPtr, CuStream
 import RsDLPack
-using RsDLPack: Native, KDLCUDA, PLAN_VIEW, ArrayPlan, TensorOwner, rethrowing_native
+using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, ArrayPlan, TensorOwner, rethrowing_native
 
 # The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
 # `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
@@ -39,9 +39,9 @@ end
 
 RsDLPack.storage_of(A::CuArray) = storage_keeper(A)
 
-# The core decides for target 1 (a CUDA array): CUDA memory only, views or empty results only
-# (it has no device copy engine), typed forms dense.
-RsDLPack.plan_target(::Type{<:CuArray}) = UInt32(1)
+# The core decides for a CUDA array target: CUDA memory only, views or empty results only (it
+# has no device copy engine), typed forms dense.
+RsDLPack.plan_target(::Type{<:CuArray}) = RsDLPack.TARGET_CUDA_ARRAY
 RsDLPack.is_typed(::Type{<:CuArray{T,N}}) where {T,N} = true
 
 """
@@ -60,14 +60,14 @@ RsDLPack.release_stream(::CuArray) = Int64(dlpack_stream(CUDA.stream()))
 
 function RsDLPack.wrap_imported(::Type{<:CuArray}, plan::ArrayPlan, owner::TensorOwner)
     T = RsDLPack.element_type(plan.element_code)
-    plan.kind == PLAN_VIEW || return CuArray{T}(undef, RsDLPack.result_dims(plan))
+    plan.kind == PLAN_KIND_VIEW || return CuArray{T}(undef, RsDLPack.result_dims(plan))
     P = wrap_parent(T, plan, RsDLPack.parent_dims(plan), owner)
     return RsDLPack.compose_view(P, plan)
 end
 
 function RsDLPack.wrap_imported(::Type{<:CuArray{T,N}}, plan::ArrayPlan, owner::TensorOwner) where {T,N}
     dims = RsDLPack.result_dims(plan, Val(N))
-    plan.kind == PLAN_VIEW || return CuArray{T,N}(undef, dims)
+    plan.kind == PLAN_KIND_VIEW || return CuArray{T,N}(undef, dims)
     return wrap_parent(T, plan, dims, owner)
 end
 

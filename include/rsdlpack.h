@@ -22,6 +22,17 @@ typedef struct _object PyObject;
 #endif
 
 /**
+ * `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
+ */
+#define RSDLPACK_PLAN_ANY -1
+
+/**
+ * Where raw-byte element codes start: a raw element's code is `RSDLPACK_RAW_CODE_BASE` +
+ * its DLPack type code × 256 + its bits (the named types' codes are `RsdlElementCode`).
+ */
+#define RSDLPACK_RAW_CODE_BASE 65536
+
+/**
  * The most dims a tensor has here (`rsdlpack::MAX_NDIM`): the length of `RsdlArrayPlan`'s
  * per-dimension arrays.
  */
@@ -29,9 +40,92 @@ typedef struct _object PyObject;
 
 /**
  * `flags` bit for [`rsdlpack_py_import_with_flags`]: take tensors whose device type DLPack
- * does not define (0 included) instead of refusing them with code 2.
+ * does not define (0 included) instead of refusing them with `RSDL_ERROR_CODE_BUFFER`.
  */
 #define RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES 1
+
+/**
+ * The return codes of the C entry points (0 is success); C names them `RsdlErrorCode`
+ * (`RSDL_ERROR_CODE_INVALID`, …). The numbers are ABI: never reuse one. Julia's
+ * `DLPackError` kind is the code's name in lower case (`:not_dlpack`).
+ */
+enum RsdlErrorCode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The input was invalid (a Python `ValueError`).
+   */
+  RSDL_ERROR_CODE_INVALID = 1,
+  /**
+   * The tensor cannot be exchanged as asked (a Python `BufferError`).
+   */
+  RSDL_ERROR_CODE_BUFFER = 2,
+  /**
+   * The object does not speak DLPack (a Python `TypeError`).
+   */
+  RSDL_ERROR_CODE_NOT_DLPACK = 3,
+  /**
+   * The producer raised a Python exception (a Python `RuntimeError` naming it).
+   */
+  RSDL_ERROR_CODE_PRODUCER = 4,
+  /**
+   * Memory could not be had (a Python `MemoryError`).
+   */
+  RSDL_ERROR_CODE_RESOURCE = 5,
+  /**
+   * A bug in RsDLPack: a panic caught at the border, or a broken invariant.
+   */
+  RSDL_ERROR_CODE_INTERNAL = 99,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlErrorCode RsdlErrorCode;
+#else
+typedef int32_t RsdlErrorCode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * [`ElementType::code`] of the named element types (the index of each in
+ * [`ElementType::NAMED`]): the C ABI's element codes, which C names `RsdlElementCode`
+ * (`RSDL_ELEMENT_CODE_FLOAT32`, …) and Julia's and ctypes' constants are generated from. The
+ * numbers are ABI: append, never renumber. Raw-byte elements have codes from
+ * [`RAW_CODE_BASE`] up instead.
+ */
+enum RsdlElementCode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  RSDL_ELEMENT_CODE_BOOL = 0,
+  RSDL_ELEMENT_CODE_INT8 = 1,
+  RSDL_ELEMENT_CODE_INT16 = 2,
+  RSDL_ELEMENT_CODE_INT32 = 3,
+  RSDL_ELEMENT_CODE_INT64 = 4,
+  RSDL_ELEMENT_CODE_UINT8 = 5,
+  RSDL_ELEMENT_CODE_UINT16 = 6,
+  RSDL_ELEMENT_CODE_UINT32 = 7,
+  RSDL_ELEMENT_CODE_UINT64 = 8,
+  RSDL_ELEMENT_CODE_FLOAT16 = 9,
+  RSDL_ELEMENT_CODE_BFLOAT16 = 10,
+  RSDL_ELEMENT_CODE_FLOAT32 = 11,
+  RSDL_ELEMENT_CODE_FLOAT64 = 12,
+  RSDL_ELEMENT_CODE_COMPLEX_F32 = 13,
+  RSDL_ELEMENT_CODE_COMPLEX_F64 = 14,
+  /**
+   * `kDLBcomplex`: complex of two bfloat16 ([`ElementType::ComplexBF16`]).
+   */
+  RSDL_ELEMENT_CODE_BCOMPLEX = 15,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlElementCode RsdlElementCode;
+#else
+typedef uint32_t RsdlElementCode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
 /**
  * [`ArrayPlan::kind`]'s values.
@@ -63,6 +157,149 @@ typedef uint8_t RsdlPlanKind;
 #endif // __cplusplus
 
 /**
+ * `RsdlImportOptions.copy` and `RsdlPlanOptions.copy`: Python's `copy=` argument.
+ */
+enum RsdlCopy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * No preference (`copy=None`): share when possible, copy when needed.
+   */
+  RSDL_COPY_IF_NEEDED = -1,
+  /**
+   * Never copy (`copy=False`): refuse (code `RSDL_ERROR_CODE_BUFFER`) when a copy is needed.
+   */
+  RSDL_COPY_NEVER = 0,
+  /**
+   * Always copy (`copy=True`).
+   */
+  RSDL_COPY_ALWAYS = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlCopy RsdlCopy;
+#else
+typedef int32_t RsdlCopy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * `RsdlPlanOptions.order` and `RsdlArrayExport.order`: which index order the array has.
+ */
+enum RsdlIndexOrder
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The producer's (import) or Julia's (share) index order.
+   */
+  RSDL_INDEX_ORDER_PRODUCER = 0,
+  /**
+   * The reversed dims.
+   */
+  RSDL_INDEX_ORDER_REVERSED = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlIndexOrder RsdlIndexOrder;
+#else
+typedef uint32_t RsdlIndexOrder;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * `RsdlPlanOptions.target`: what kind of array the plan is for.
+ */
+enum RsdlTarget
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * A host array (Julia's `Array`).
+   */
+  RSDL_TARGET_HOST_ARRAY = 0,
+  /**
+   * A CUDA array (`CuArray`).
+   */
+  RSDL_TARGET_CUDA_ARRAY = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlTarget RsdlTarget;
+#else
+typedef uint32_t RsdlTarget;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * `RsdlPlanOptions.readonly` (read-only memory is acceptable: the caller wraps it read-only)
+ * and `RsdlArrayExport.read_only` (exported with DLPack's READ_ONLY flag). Read as C booleans:
+ * any value but 0 is `RSDL_ACCESS_READ_ONLY`.
+ */
+enum RsdlAccess
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  RSDL_ACCESS_WRITABLE = 0,
+  RSDL_ACCESS_READ_ONLY = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlAccess RsdlAccess;
+#else
+typedef uint32_t RsdlAccess;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * `RsdlPlanOptions.dense`: whether only a plain dense array will do (Julia's typed forms;
+ * other layouts are copied). Read as a C boolean: any value but 0 is `RSDL_DENSE_REQUIRED`.
+ */
+enum RsdlDense
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  RSDL_DENSE_ANY_LAYOUT = 0,
+  RSDL_DENSE_REQUIRED = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlDense RsdlDense;
+#else
+typedef uint32_t RsdlDense;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * The numbers `rsdlpack_struct_size` knows the structs by (Julia checks its mirrors' sizes
+ * against them when it loads the library).
+ */
+enum RsdlStructId
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  RSDL_STRUCT_ID_IMPORT_OPTIONS = 0,
+  RSDL_STRUCT_ID_PLAN_OPTIONS = 1,
+  RSDL_STRUCT_ID_IMPORT_RESULT = 2,
+  RSDL_STRUCT_ID_ARRAY_EXPORT = 3,
+  RSDL_STRUCT_ID_SHARE_RESULT = 4,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RsdlStructId RsdlStructId;
+#else
+typedef uint32_t RsdlStructId;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Import options as C passes them. `has_*` fields say whether the next field carries a request.
  */
 typedef struct RsdlImportOptions {
@@ -75,7 +312,7 @@ typedef struct RsdlImportOptions {
   uint32_t device_type;
   int32_t device_id;
   /**
-   * -1: no preference (`copy=None`), 0: never copy, 1: always copy.
+   * An `RsdlCopy`: -1 no preference (`copy=None`), 0 never copy, 1 always copy.
    */
   int32_t copy;
 } RsdlImportOptions;
@@ -384,8 +621,8 @@ int32_t rsdlpack_py_import(PyObject *object,
 
 /**
  * As `rsdlpack_py_import`, with `flags` (a bitwise or of `RSDLPACK_IMPORT_*`; unknown bits
- * are refused with code 1). A separate entry point, so that `RsdlImportOptions` keeps its
- * layout for existing callers.
+ * are refused with `RSDL_ERROR_CODE_INVALID`). A separate entry point, so that
+ * `RsdlImportOptions` keeps its layout for existing callers.
  *
  * # Safety
  * As `rsdlpack_py_import`.

@@ -3,15 +3,14 @@
 #     unsafe_wrap(parent) -> view(ranges) -> PermutedDimsArray(permutation)
 # and ties the foreign memory's lifetime to Julia's garbage collector.
 
-const PLAN_VIEW = 0x00
-const PLAN_EMPTY = 0x01
-const PLAN_COPY = 0x02
+# The plan kinds (PLAN_KIND_*) and option values (INDEX_ORDER_*, COPY_*) are the C header's,
+# in julia/abi.jl.
 
 index_order_code(order::Symbol) =
-    order === :producer ? 0x00 : order === :reversed ? 0x01 :
+    order === :producer ? INDEX_ORDER_PRODUCER : order === :reversed ? INDEX_ORDER_REVERSED :
     throw(ArgumentError("order must be :producer or :reversed, got :$order"))
 
-copy_code(copy::Union{Nothing,Bool}) = copy === nothing ? Int8(-1) : copy ? Int8(1) : Int8(0)
+copy_code(copy::Union{Nothing,Bool}) = copy === nothing ? COPY_IF_NEEDED : copy ? COPY_ALWAYS : COPY_NEVER
 
 # Storage object (the Array on Julia 1.10, its Memory on ≥ 1.11) -> the TensorOwner of its
 # memory; only `unsafe_free!` looks here. Keyed by identity (objectid, confirmed through a
@@ -105,11 +104,11 @@ Julia arrays; views share the tensor's memory through `owner`.
 """
 function host_array(plan::ArrayPlan, owner::TensorOwner)
     T = element_type(plan.element_code)
-    if plan.kind == PLAN_VIEW
+    if plan.kind == PLAN_KIND_VIEW
         return compose_view(wrap_foreign(T, plan.parent_address, parent_dims(plan), owner), plan)
     end
     A = Array{T}(undef, result_dims(plan))
-    plan.kind == PLAN_COPY && copy_into!(A, take_handle!(owner))
+    plan.kind == PLAN_KIND_COPY && copy_into!(A, take_handle!(owner))
     return A
 end
 
@@ -119,9 +118,9 @@ view, no permutation), an empty tensor, or a copy — never anything else (the c
 """
 function dense_array(::Type{T}, ::Val{N}, plan::ArrayPlan, owner::TensorOwner) where {T,N}
     dims = result_dims(plan, Val(N))
-    plan.kind == PLAN_VIEW && return wrap_foreign(T, plan.parent_address, dims, owner)
+    plan.kind == PLAN_KIND_VIEW && return wrap_foreign(T, plan.parent_address, dims, owner)
     A = Array{T,N}(undef, dims)
-    plan.kind == PLAN_COPY && copy_into!(A, take_handle!(owner))
+    plan.kind == PLAN_KIND_COPY && copy_into!(A, take_handle!(owner))
     return A
 end
 

@@ -1,5 +1,5 @@
 # The dtype table's Julia side: element codes (rsdlpack::ElementType::code) to Julia types.
-# A named code is an index into ELEMENT_TYPES (the order of rsdlpack::ElementType::NAMED); a
+# A named code is an index into ELEMENT_TYPES (the order of RsdlElementCode, julia/abi.jl); a
 # raw code is RAW_CODE_BASE + DLPack code × 256 + bits (DLPackRaw, below).
 #
 # bfloat16 is BFloat16s.BFloat16 on every supported Julia (BFloat16s.jl is a dependency, not an
@@ -10,9 +10,9 @@
 
 const BFLOAT16 = BFloat16s.BFloat16
 
-# kDLBcomplex (DLPack code 18, a complex number of two bfloat16) is the named code 15
-# (rsdlpack::ElementType::ComplexBF16): BFloat16s is a dependency, so it is always
-# Complex{BFLOAT16}, never raw pairs (DLPackRaw holds one byte).
+# kDLBcomplex (DLPack code 18, a complex number of two bfloat16) is the named code
+# ELEMENT_CODE_BCOMPLEX (rsdlpack::ElementType::ComplexBF16): BFloat16s is a dependency, so it
+# is always Complex{BFLOAT16}, never raw pairs (DLPackRaw holds one byte).
 const BCOMPLEX = Complex{BFLOAT16}
 
 const ELEMENT_TYPES = (Bool, Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32, UInt64,
@@ -32,8 +32,8 @@ end
 
 Base.show(io::IO, x::DLPackRaw{C,B}) where {C,B} = print(io, "DLPackRaw{", C, ",", B, "}(0x", string(x.byte; base=16, pad=2), ")")
 
-# rsdlpack::ElementType::code of raw elements: RAW_CODE_BASE + DLPack code × 256 + bits.
-const RAW_CODE_BASE = 0x00010000
+# rsdlpack::ElementType::code of raw elements: RAW_CODE_BASE (julia/abi.jl) + DLPack code ×
+# 256 + bits.
 
 "Julia element type for an element code from the Rust core."
 function element_type(code::Integer)

@@ -18,8 +18,10 @@ end
 
 Base.showerror(io::IO, e::DLPackError) = print(io, "DLPackError (", e.kind, "): ", e.message)
 
-# The Python bridge's return codes (bridges/python/src/error.rs, ErrorCode).
-const ERROR_KINDS = Dict{Int32,Symbol}(1 => :invalid, 2 => :buffer, 3 => :not_dlpack, 4 => :producer, 5 => :resource, 99 => :internal)
+# The Python bridge's return codes (RsdlErrorCode, julia/abi.jl); each kind is its code's name.
+const ERROR_KINDS = Dict{Int32,Symbol}(ERROR_CODE_INVALID => :invalid, ERROR_CODE_BUFFER => :buffer,
+                                       ERROR_CODE_NOT_DLPACK => :not_dlpack, ERROR_CODE_PRODUCER => :producer,
+                                       ERROR_CODE_RESOURCE => :resource, ERROR_CODE_INTERNAL => :internal)
 
 error_kind(code::Integer) = get(ERROR_KINDS, Int32(code), :internal)
 

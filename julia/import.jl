@@ -43,24 +43,26 @@ function from_dlpack end
 "Import options for a target array type (the CUDA extension adds `CuArray`)."
 import_options(::Type{<:AbstractArray}, copy) = ImportOptions(; device=(KDLCPU, 0), copy=copy)
 
-"The core's target code for an array type: 0 host `Array` (the CUDA extension adds `CuArray`)."
-plan_target(::Type{<:AbstractArray}) = UInt32(0)
+"The core's target code for an array type: a host `Array` (the CUDA extension adds `CuArray`)."
+plan_target(::Type{<:AbstractArray}) = TARGET_HOST_ARRAY
 
 # The typed forms: a concrete element type and rank, and a plain dense result.
 # `eltype` is `Any` both for a type that names no element type (`Array`, `Matrix`) and for
 # `Array{Any,N}`: a typed form always asks for its element type, so `Array{Any,N}` throws here
 # instead of wrapping the tensor's bytes as an `Array{Any}`.
 requested_element(::Type{A}) where {A<:AbstractArray} =
-    eltype(A) === Any && !is_typed(A) ? Int64(-1) : Int64(element_code(eltype(A)))
+    eltype(A) === Any && !is_typed(A) ? Int64(PLAN_ANY) : Int64(element_code(eltype(A)))
 requested_rank(::Type{<:AbstractArray{<:Any,N}}) where {N} = Int64(N)
-requested_rank(::Type) = Int64(-1)
+requested_rank(::Type) = Int64(PLAN_ANY)
 is_typed(::Type{Array{T,N}}) where {T,N} = true
 is_typed(::Type{<:ReadOnlyArray{T,N}}) where {T,N} = true
 is_typed(::Type) = false
 
 function plan_options(::Type{A}, copy, order::Symbol, readonly::Bool) where {A}
     return PlanOptions(requested_element(A), requested_rank(A), plan_target(A),
-                       index_order_code(order), copy_code(copy), readonly, is_typed(A), 0)
+                       index_order_code(order), copy_code(copy),
+                       readonly ? ACCESS_READ_ONLY : ACCESS_WRITABLE,
+                       is_typed(A) ? DENSE_REQUIRED : DENSE_ANY_LAYOUT, 0)
 end
 
 "The Julia array for a planned import, for a target array type."

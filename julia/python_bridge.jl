@@ -23,22 +23,21 @@ function ImportOptions(; stream::Union{Nothing,Integer}=nothing,
                   device === nothing ? 0 : 1,
                   device === nothing ? UInt32(0) : UInt32(device[1]),
                   device === nothing ? Int32(0) : Int32(device[2]),
-                  copy === nothing ? -1 : Int32(copy))
+                  copy_code(copy))
 end
 
 "Mirror of `RsdlPlanOptions` (bridges/python/src/arrays.rs): what the array should become."
 struct PlanOptions
-    element_code::Int64   # -1: any
-    ndims::Int64          # -1: any
-    target::UInt32        # 0: Array, 1: CuArray
-    order::UInt32         # 0: producer, 1: reversed
-    copy::Int32           # -1, 0, 1
-    readonly::UInt32      # 1: a read-only view is acceptable
-    dense::UInt32         # 1: only a plain dense array (typed forms)
+    element_code::Int64   # PLAN_ANY: any
+    ndims::Int64          # PLAN_ANY: any
+    target::UInt32        # TARGET_HOST_ARRAY (Array), TARGET_CUDA_ARRAY (CuArray)
+    order::UInt32         # INDEX_ORDER_PRODUCER, INDEX_ORDER_REVERSED
+    copy::Int32           # COPY_IF_NEEDED, COPY_NEVER, COPY_ALWAYS
+    readonly::UInt32      # ACCESS_READ_ONLY: a read-only view is acceptable
+    dense::UInt32         # DENSE_REQUIRED: only a plain dense array (typed forms)
     reserved::UInt32
 end
 
-const MAX_NDIM = 32
 const DimTuple = NTuple{MAX_NDIM,Int64}
 
 "Mirror of `rsdlpack::layout::ArrayPlan` (src/layout/flat.rs): the whole plan, one struct."
@@ -55,7 +54,7 @@ struct ArrayPlan
     element_code::UInt32
     device_type::UInt32
     device_id::Int32
-    kind::UInt8             # PLAN_VIEW, PLAN_EMPTY, PLAN_COPY
+    kind::UInt8             # PLAN_KIND_VIEW, PLAN_KIND_EMPTY, PLAN_KIND_COPY
     read_only::UInt8
     needs_view::UInt8
     needs_permutation::UInt8
@@ -89,8 +88,10 @@ struct ShareResult
     released_roots::UInt64
 end
 
-# The structs above, by the numbers `rsdlpack_struct_size` knows them by.
-const MIRRORED_STRUCTS = (ImportOptions, PlanOptions, ImportResult, ArrayExport, ShareResult)
+# The structs above, by the numbers `rsdlpack_struct_size` knows them by (RsdlStructId).
+const MIRRORED_STRUCTS = (STRUCT_ID_IMPORT_OPTIONS => ImportOptions, STRUCT_ID_PLAN_OPTIONS => PlanOptions,
+                          STRUCT_ID_IMPORT_RESULT => ImportResult, STRUCT_ID_ARRAY_EXPORT => ArrayExport,
+                          STRUCT_ID_SHARE_RESULT => ShareResult)
 
 const PYTHON_BRIDGE = Ref{Ptr{Cvoid}}(C_NULL)
 const PYTHON_SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
@@ -108,8 +109,8 @@ function load_python_bridge!()
         PYTHON_BRIDGE[] == C_NULL || return
         library = Libdl.dlopen(python_library_path())
         size_of = Libdl.dlsym(library, :rsdlpack_struct_size)
-        for (i, S) in enumerate(MIRRORED_STRUCTS)
-            expected = ccall(size_of, Csize_t, (UInt32,), i - 1)
+        for (id, S) in MIRRORED_STRUCTS
+            expected = ccall(size_of, Csize_t, (UInt32,), id)
             expected == sizeof(S) || error("RsDLPack: the Python bridge at $(python_library_path()) ",
                                            "has a $expected-byte $(nameof(S)), this package a $(sizeof(S))-byte one; ",
                                            "rebuild it (`Pkg.build(\"RsDLPack\")`)")

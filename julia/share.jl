@@ -86,7 +86,7 @@ function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=
     id = root!(B)
     exporter = GC.@preserve B dims steps python_share(ArrayExport(
         array_address(B), pointer(dims), pointer(steps), ndims(B), id, producer_stream(B),
-        code, order_code, device_type, device_id, readonly, 0))
+        code, order_code, device_type, device_id, readonly ? ACCESS_READ_ONLY : ACCESS_WRITABLE, 0))
     object = to_python(exporter)
     return consumer isa Type ? object : call(consumer, object)
 end

@@ -1,4 +1,5 @@
-"""Checks the two hand mirrors of the C structs against the generated header.
+"""Checks the two hand mirrors of the C structs, and every other copy of the ABI's constants,
+against the generated header.
 
 include/rsdlpack.h (cbindgen, from the Rust) is the reference. Its structs are parsed (field
 name, C type, array length) and laid out by ctypes, which follows the platform's C ABI. Then:
@@ -10,14 +11,22 @@ name, C type, array length) and laid out by ctypes, which follows the platform's
 - the Julia structs of julia/python_bridge.jl (parsed with tree-sitter-julia, Julia types
   mapped to C sizes and alignments, laid out by C's rules, which Julia's isbits structs
   follow): the same, for every header struct Julia passes to the library;
-- Julia's `MIRRORED_STRUCTS` (the order `rsdlpack_struct_size` numbers them in, which Julia
-  checks at load) against that function's documented numbering;
-- the plan kinds (`RSDL_PLAN_KIND_*`) against `PLAN_*` in Julia and ctypes.
+- the ABI's constants (the header's enums and #defines): julia/abi.jl and
+  test/python/rsdlpack_abi.py must be exactly what scripts/abi_constants.py generates from the
+  header (the Julia sources and the ctypes mirror use their names, never the numbers);
+- what Julia pairs with those constants: `MIRRORED_STRUCTS` (`RSDL_STRUCT_ID_*` => mirror, which
+  Julia checks `rsdlpack_struct_size` against at load) names every struct id and the struct of
+  its name, as `rsdlpack_struct_size`'s documented numbering does; `ERROR_KINDS` gives every
+  `RSDL_ERROR_CODE_*` the kind of its name (`:not_dlpack`); `ELEMENT_TYPES` lists the Julia
+  types in `RSDL_ELEMENT_CODE_*` order, each named as its code (`Float32`, `BFLOAT16`);
+- the error-code tables of README.md and docs/src/c_abi.md: each code with the Julia kind of
+  its name, every code once.
 
 Names must match exactly (the mirrors use the Rust field names). Prints each mismatch, naming
 the struct, the field and both sides, and exits 1; exits 0 and prints a summary otherwise.
 
-    python scripts/check_mirrors.py [--header H] [--ctypes F] [--julia F ...]
+    python scripts/check_mirrors.py [--header H] [--ctypes F] [--julia F ...] [--julia-abi F]
+                                    [--ctypes-abi F] [--docs F ...]
 """
 
 import argparse
@@ -31,7 +40,12 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HEADER = ROOT / "include" / "rsdlpack.h"
 CTYPES_MIRROR = ROOT / "test" / "python" / "rsdlpack_ctypes.py"
-JULIA_MIRRORS = (ROOT / "julia" / "python_bridge.jl", ROOT / "julia" / "arrays.jl")
+JULIA_MIRRORS = tuple(ROOT / "julia" / name for name in ("python_bridge.jl", "arrays.jl", "errors.jl", "eltypes.jl"))
+# Generated from the header by scripts/abi_constants.py.
+JULIA_ABI = ROOT / "julia" / "abi.jl"
+CTYPES_ABI = ROOT / "test" / "python" / "rsdlpack_abi.py"
+# Prose with an error-code table.
+DOCS = (ROOT / "README.md", ROOT / "docs" / "src" / "c_abi.md")
 
 # Header name → mirror name: the mirrors drop C's namespace prefix.
 PREFIX = "Rsdl"
@@ -184,8 +198,8 @@ def header_layouts(text):
 # ---------------------------------------------------------------------------------------------
 # The ctypes mirror
 
-def load_module(path):
-    spec = importlib.util.spec_from_file_location(f"mirror_{abs(hash(str(path)))}", path)
+def load_module(path, name=None):
+    spec = importlib.util.spec_from_file_location(name or f"mirror_{abs(hash(str(path)))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -211,8 +225,17 @@ def ctypes_kind(ctype, class_to_header):
     raise MirrorError(f"ctypes: unknown field type {ctype!r}")
 
 
-def ctypes_layouts(path, header_names):
-    module = load_module(path)
+def ctypes_layouts(path, header_names, abi_path=CTYPES_ABI):
+    # The mirror imports its constants as `rsdlpack_abi`: from `abi_path`, whatever sys.path holds.
+    saved = sys.modules.get("rsdlpack_abi")
+    sys.modules["rsdlpack_abi"] = load_module(abi_path, "rsdlpack_abi")
+    try:
+        module = load_module(path)
+    finally:
+        if saved is None:
+            del sys.modules["rsdlpack_abi"]
+        else:
+            sys.modules["rsdlpack_abi"] = saved
     class_to_header = {mirror_name(n): n for n in header_names}
     layouts = {}
     for header_name in header_names:
@@ -283,6 +306,10 @@ def julia_integer(node, constants):
     text = node.text.decode()
     if node.type == "identifier" and text in constants:
         return julia_integer(constants[text], constants)
+    if node.type == "call_expression" and node.children[0].text.decode() in JULIA_SCALARS:   # Int32(1)
+        args = [c for c in node.children[1].children if c.type not in ("(", ")", ",")]
+        if len(args) == 1:
+            return julia_integer(args[0], constants)
     try:
         return int(text, 0)
     except ValueError:
@@ -458,18 +485,132 @@ def struct_size_numbering(functions_doc):
     return [numbered[i] for i in range(len(numbered))]
 
 
-def check(header=HEADER, ctypes_path=CTYPES_MIRROR, julia_paths=JULIA_MIRRORS):
+def enum_names(groups, enum, prefix):
+    """[(name without `prefix`, value)] of a header enum, in value order."""
+    if enum not in groups:
+        raise MirrorError(f"header: no enum {enum}")
+    return sorted(((name.removeprefix(prefix), value) for name, value in groups[enum]), key=lambda c: c[1])
+
+
+def camel(snake):
+    """IMPORT_OPTIONS → ImportOptions."""
+    return "".join(word.capitalize() for word in snake.split("_"))
+
+
+def julia_pairs(node, what):
+    """[(key text, value node)] of a Julia `(a => b, …)` or `Dict{…}(a => b, …)`."""
+    if node is None:
+        raise MirrorError(f"Julia: {what} is not defined")
+    items = node.children[1].children if node.type == "call_expression" else node.children
+    pairs = []
+    for item in items:
+        if item.type in ("(", ")", ","):
+            continue
+        if item.type != "binary_expression" or item.children[1].text.decode() != "=>":
+            raise MirrorError(f"Julia: {what}: `{item.text.decode()}` is not a `code => value` pair")
+        pairs.append((item.children[0].text.decode(), item.children[2]))
+    return pairs
+
+
+def check_struct_ids(groups, text, julia_constants):
+    """Julia's MIRRORED_STRUCTS and rsdlpack_struct_size's documented numbering, against RsdlStructId."""
+    problems = []
+    ids = enum_names(groups, "RsdlStructId", "RSDL_STRUCT_ID_")
+    expected = [camel(name) for name, _ in ids]
+    if [value for _, value in ids] != list(range(len(ids))):
+        problems.append(f"header: RsdlStructId is not numbered 0, 1, …: {ids}")
+    documented = [mirror_name(n) for n in struct_size_numbering(text)]
+    if documented != expected:
+        problems.append(f"rsdlpack_struct_size's documentation numbers {documented}, RsdlStructId {expected}")
+    pairs = julia_pairs(julia_constants.get("MIRRORED_STRUCTS"), "MIRRORED_STRUCTS")
+    listed = {key: node.text.decode() for key, node in pairs}
+    if len(pairs) != len(listed):
+        problems.append("Julia MIRRORED_STRUCTS names a struct id twice")
+    for name, _ in ids:
+        key, struct = "STRUCT_ID_" + name, camel(name)
+        if key not in listed:
+            problems.append(f"Julia MIRRORED_STRUCTS has no {key} (RSDL_{key}, struct {PREFIX}{struct})")
+        elif listed[key] != struct:
+            problems.append(f"Julia MIRRORED_STRUCTS pairs {key} with {listed[key]}; RSDL_{key} numbers {PREFIX}{struct}")
+    known = {"STRUCT_ID_" + name for name, _ in ids}
+    problems += [f"Julia MIRRORED_STRUCTS: {key} is no RsdlStructId constant" for key in listed if key not in known]
+    return problems
+
+
+def check_error_kinds(groups, julia_constants):
+    """Julia's ERROR_KINDS: every RsdlErrorCode, each with the kind of its name."""
+    problems = []
+    codes = dict(enum_names(groups, "RsdlErrorCode", "RSDL_ERROR_CODE_"))
+    pairs = julia_pairs(julia_constants.get("ERROR_KINDS"), "ERROR_KINDS")
+    seen = set()
+    for key, node in pairs:
+        kind = node.text.decode()
+        name = key.removeprefix("ERROR_CODE_")
+        if not key.startswith("ERROR_CODE_") or name not in codes:
+            problems.append(f"Julia ERROR_KINDS: `{key} => {kind}`: {key} is no RsdlErrorCode constant")
+        elif kind != ":" + name.lower():
+            problems.append(f"Julia ERROR_KINDS gives {key} the kind {kind}; its name says :{name.lower()}")
+        seen.add(name)
+    for name in codes:
+        if name not in seen:
+            problems.append(f"Julia ERROR_KINDS has no kind for RSDL_ERROR_CODE_{name} ({codes[name]})")
+    return problems
+
+
+def check_element_types(groups, julia_constants):
+    """Julia's ELEMENT_TYPES (indexed by code + 1): the types of the RsdlElementCode names, in order."""
+    codes = enum_names(groups, "RsdlElementCode", "RSDL_ELEMENT_CODE_")
+    if [value for _, value in codes] != list(range(len(codes))):
+        return [f"header: RsdlElementCode is not numbered 0, 1, …: {codes}"]
+    node = julia_constants.get("ELEMENT_TYPES")
+    if node is None or node.type != "tuple_expression":
+        return ["Julia: ELEMENT_TYPES is not a tuple"]
+    listed = [c.text.decode() for c in node.children if c.type not in ("(", ")", ",")]
+    # Each Julia name is its code's name without underscores (ComplexF32 ↔ COMPLEX_F32).
+    if [n.upper() for n in listed] != [name.replace("_", "") for name, _ in codes]:
+        return [f"Julia ELEMENT_TYPES is ({', '.join(listed)}); RsdlElementCode numbers "
+                f"({', '.join(name for name, _ in codes)})"]
+    return []
+
+
+def check_error_table(groups, path):
+    """A document's error-code table: rows `| code | … `:kind` …` for every RsdlErrorCode."""
+    codes = {value: name for name, value in enum_names(groups, "RsdlErrorCode", "RSDL_ERROR_CODE_")}
+    rows = re.findall(r"^\|\s*(\d+)\s*\|[^\n]*?`:(\w+)`", pathlib.Path(path).read_text(), re.M)
+    where = pathlib.Path(path).name
+    problems = []
+    if not rows:
+        return [f"{where}: no error-code table (rows `| code | … `:kind` …`)"]
+    documented = {}
+    for code, kind in rows:
+        code = int(code)
+        if code in documented:
+            problems.append(f"{where}: error code {code} has two rows")
+        documented[code] = kind
+        if code not in codes:
+            problems.append(f"{where}: error code {code} (:{kind}) is no RsdlErrorCode")
+        elif kind != codes[code].lower():
+            problems.append(f"{where}: error code {code} is :{kind}; the header's {code} is "
+                            f"RSDL_ERROR_CODE_{codes[code]} (:{codes[code].lower()})")
+    for value, name in codes.items():
+        if value not in documented:
+            problems.append(f"{where}: the error-code table lacks RSDL_ERROR_CODE_{name} ({value})")
+    return problems
+
+
+def check(header=HEADER, ctypes_path=CTYPES_MIRROR, julia_paths=JULIA_MIRRORS, julia_abi=JULIA_ABI,
+          ctypes_abi=CTYPES_ABI, docs=DOCS):
     """(messages, summary lines)."""
     text = pathlib.Path(header).read_text()
-    structs, _, enums, functions = parse_header(text)
+    structs, _, _, functions = parse_header(text)
     reference = header_layouts(text)
     names = list(reference)
     problems, summary = [], []
     if not names or not functions:
         return [f"header: no structs or no functions found in {header}"], summary
 
-    mirrors, module = ctypes_layouts(ctypes_path, names)
-    julia, julia_constants = julia_layouts(julia_paths, names)
+    mirrors, module = ctypes_layouts(ctypes_path, names, ctypes_abi)
+    julia, julia_constants = julia_layouts([julia_abi, *julia_paths], names)
     for side, found, required in (("ctypes", mirrors, names),
                                   ("Julia", julia, [n for n in names if n not in NOT_IN_JULIA])):
         for name in required:
@@ -479,27 +620,23 @@ def check(header=HEADER, ctypes_path=CTYPES_MIRROR, julia_paths=JULIA_MIRRORS):
             problems += compare(reference[name], layout, side)
         summary.append(f"{side}: {len(found)} structs checked ({', '.join(mirror_name(n) for n in found)})")
 
-    # Julia checks its mirrors' sizes at load in MIRRORED_STRUCTS' order, by struct_size's numbers.
-    numbering = struct_size_numbering(text)
-    node = julia_constants.get("MIRRORED_STRUCTS")
-    listed = [c.text.decode() for c in node.children if c.type == "identifier"] if node else []
-    expected = [mirror_name(n) for n in numbering]
-    if listed != expected:
-        problems.append(f"Julia MIRRORED_STRUCTS is {listed}, rsdlpack_struct_size numbers {expected}")
-    summary.append(f"rsdlpack_struct_size numbering: {', '.join(f'{i} {n}' for i, n in enumerate(numbering))}")
-
-    # The plan kinds: RSDL_PLAN_KIND_VIEW ↔ PLAN_VIEW in Julia and ctypes.
-    kinds = {k.removeprefix("RSDL_"): v for k, v in enums.items() if k.startswith("RSDL_PLAN_KIND_")}
-    if not kinds:
-        problems.append("header: no RSDL_PLAN_KIND_* constants")
-    for key, value in kinds.items():
-        name = "PLAN_" + key.removeprefix("PLAN_KIND_")
-        julia_value = julia_constants.get(name)
-        julia_value = julia_integer(julia_value, julia_constants) if julia_value is not None else None
-        for side, theirs in (("Julia", julia_value), ("ctypes", getattr(module, name, None))):
-            if theirs != value:
-                problems.append(f"RSDL_{key} is {value} in the header, {side} {name} is {theirs}")
-    summary.append(f"plan kinds: {len(kinds)} checked")
+    # The constants: generated from the header, then what Julia pairs with them. (Imported
+    # here: abi_constants imports this module.)
+    import abi_constants
+    for path, render in ((julia_abi, abi_constants.render_julia), (ctypes_abi, abi_constants.render_python)):
+        problem = abi_constants.stale(path, render, text)
+        if problem:
+            problems.append(problem)
+    groups = {group: constants for group, _, constants in abi_constants.header_constants(text)}
+    summary.append(f"constants: {sum(map(len, groups.values()))} in {len(groups)} groups, "
+                   f"generated into {pathlib.Path(julia_abi).name} and {pathlib.Path(ctypes_abi).name}")
+    problems += check_struct_ids(groups, text, julia_constants)
+    problems += check_error_kinds(groups, julia_constants)
+    problems += check_element_types(groups, julia_constants)
+    for path in docs:
+        problems += check_error_table(groups, path)
+    summary.append("Julia's MIRRORED_STRUCTS, ERROR_KINDS and ELEMENT_TYPES, and the error-code tables of "
+                   + ", ".join(pathlib.Path(p).name for p in docs) + ": checked against the header")
 
     function_problems, checked = compare_functions(module, structs, functions)
     problems += function_problems
@@ -513,9 +650,12 @@ def main(argv=None):
     parser.add_argument("--header", default=HEADER)
     parser.add_argument("--ctypes", default=CTYPES_MIRROR)
     parser.add_argument("--julia", nargs="+", default=JULIA_MIRRORS)
+    parser.add_argument("--julia-abi", default=JULIA_ABI)
+    parser.add_argument("--ctypes-abi", default=CTYPES_ABI)
+    parser.add_argument("--docs", nargs="*", default=DOCS)
     args = parser.parse_args(argv)
     try:
-        problems, summary = check(args.header, args.ctypes, args.julia)
+        problems, summary = check(args.header, args.ctypes, args.julia, args.julia_abi, args.ctypes_abi, args.docs)
     except MirrorError as e:
         problems, summary = [str(e)], []
     for line in summary:

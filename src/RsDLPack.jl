@@ -32,6 +32,7 @@ using ReadOnlyArrays: ReadOnlyArray
 
 export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray, DLPackRaw
 
+include("../julia/abi.jl")
 include("../julia/errors.jl")
 include("../julia/build_paths.jl")
 include("../julia/library.jl")

@@ -204,28 +204,28 @@ impl ElementType {
     // A match, not a search of `NAMED`: every import plan asks (the test below holds the two
     // to the same order).
     pub fn code(self) -> u32 {
-        match self {
-            Self::Bool => 0,
-            Self::Int8 => 1,
-            Self::Int16 => 2,
-            Self::Int32 => 3,
-            Self::Int64 => 4,
-            Self::UInt8 => 5,
-            Self::UInt16 => 6,
-            Self::UInt32 => 7,
-            Self::UInt64 => 8,
-            Self::Float16 => 9,
-            Self::BFloat16 => 10,
-            Self::Float32 => 11,
-            Self::Float64 => 12,
-            Self::ComplexF32 => 13,
-            Self::ComplexF64 => 14,
-            Self::ComplexBF16 => 15,
+        let named = match self {
+            Self::Bool => ElementCode::Bool,
+            Self::Int8 => ElementCode::Int8,
+            Self::Int16 => ElementCode::Int16,
+            Self::Int32 => ElementCode::Int32,
+            Self::Int64 => ElementCode::Int64,
+            Self::UInt8 | Self::PackedBits { .. } => ElementCode::Uint8,
+            Self::UInt16 => ElementCode::Uint16,
+            Self::UInt32 => ElementCode::Uint32,
+            Self::UInt64 => ElementCode::Uint64,
+            Self::Float16 => ElementCode::Float16,
+            Self::BFloat16 => ElementCode::Bfloat16,
+            Self::Float32 => ElementCode::Float32,
+            Self::Float64 => ElementCode::Float64,
+            Self::ComplexF32 => ElementCode::ComplexF32,
+            Self::ComplexF64 => ElementCode::ComplexF64,
+            Self::ComplexBF16 => ElementCode::Bcomplex,
             Self::RawBytes { code, bits } => {
-                RAW_CODE_BASE + (u32::from(code) << 8) + u32::from(bits)
+                return RAW_CODE_BASE + (u32::from(code) << 8) + u32::from(bits);
             }
-            Self::PackedBits { .. } => Self::UInt8.code(),
-        }
+        };
+        named as u32
     }
 
     /// Inverse of [`Self::code`] (packed data excepted: code 5 is `UInt8`).
@@ -246,8 +246,36 @@ impl ElementType {
 /// after the 1.3 release without a version bump; dlpark does not name it yet).
 pub const BCOMPLEX: DLDataTypeCode = DLDataTypeCode(18);
 
-/// Where [`ElementType::code`]'s raw-byte codes start.
+/// Where [`ElementType::code`]'s raw-byte codes start (ABI: `RSDLPACK_RAW_CODE_BASE` in
+/// include/rsdlpack.h).
 pub const RAW_CODE_BASE: u32 = 0x1_0000;
+
+/// [`ElementType::code`] of the named element types (the index of each in
+/// [`ElementType::NAMED`]): the C ABI's element codes, which C names `RsdlElementCode`
+/// (`RSDL_ELEMENT_CODE_FLOAT32`, …) and Julia's and ctypes' constants are generated from. The
+/// numbers are ABI: append, never renumber. Raw-byte elements have codes from
+/// [`RAW_CODE_BASE`] up instead.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElementCode {
+    Bool = 0,
+    Int8 = 1,
+    Int16 = 2,
+    Int32 = 3,
+    Int64 = 4,
+    Uint8 = 5,
+    Uint16 = 6,
+    Uint32 = 7,
+    Uint64 = 8,
+    Float16 = 9,
+    Bfloat16 = 10,
+    Float32 = 11,
+    Float64 = 12,
+    ComplexF32 = 13,
+    ComplexF64 = 14,
+    /// `kDLBcomplex`: complex of two bfloat16 ([`ElementType::ComplexBF16`]).
+    Bcomplex = 15,
+}
 
 fn is_fp8(code: DLDataTypeCode) -> bool {
     (DLDataTypeCode::FLOAT8_E3M4.0..=DLDataTypeCode::FLOAT8_E8M0FNU.0).contains(&code.0)

@@ -1,8 +1,15 @@
 """ctypes definitions of the DLPack structs and of the RsDLPack Python bridge's C entry points
 (the same functions Julia's ccall uses). Shared by the pytest suite and test/gpu/check_gpu.py;
-no pytest here, so the GPU machine needs only ctypes."""
+no pytest here, so the GPU machine needs only ctypes.
+
+The C ABI's constants (return codes, element codes, plan kinds, option values, struct numbers)
+are rsdlpack_abi.py's, generated from include/rsdlpack.h (scripts/abi_constants.py) and
+re-exported here; the names below that predate it are aliases of those."""
 
 import ctypes
+
+import rsdlpack_abi
+from rsdlpack_abi import *  # noqa: F403 (every ABI constant, re-exported)
 
 class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_uint32), ("device_id", ctypes.c_int32)]
@@ -97,11 +104,13 @@ class ImportOptions(ctypes.Structure):
 
 TENSOR_P = ctypes.POINTER(DLManagedTensorVersioned)
 
-# Return codes of the entry points (bridges/python/src/error.rs, ErrorCode; README's table).
-INVALID, BUFFER, NOT_DLPACK, PRODUCER, RESOURCE, INTERNAL = 1, 2, 3, 4, 5, 99
+# Return codes of the entry points (RsdlErrorCode; README's table).
+INVALID, BUFFER, NOT_DLPACK, PRODUCER, RESOURCE, INTERNAL = (
+    ERROR_CODE_INVALID, ERROR_CODE_BUFFER, ERROR_CODE_NOT_DLPACK, ERROR_CODE_PRODUCER, ERROR_CODE_RESOURCE,
+    ERROR_CODE_INTERNAL)
 
 # flags of rsdlpack_py_import_with_flags.
-ACCEPT_UNKNOWN_DEVICE_TYPES = 1
+ACCEPT_UNKNOWN_DEVICE_TYPES = IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES
 
 
 class StreamDescription(ctypes.Structure):
@@ -113,7 +122,6 @@ class StreamDescription(ctypes.Structure):
     ]
 
 
-MAX_NDIM = 32
 DIMS = ctypes.c_int64 * MAX_NDIM
 
 
@@ -151,7 +159,7 @@ class ArrayPlan(ctypes.Structure):
         return [(self.starts[k], self.steps[k], self.lengths[k]) for k in range(self.ndims)]
 
 
-PLAN_VIEW, PLAN_EMPTY, PLAN_COPY = 0, 1, 2
+PLAN_VIEW, PLAN_EMPTY, PLAN_COPY = PLAN_KIND_VIEW, PLAN_KIND_EMPTY, PLAN_KIND_COPY
 
 
 class PlanOptions(ctypes.Structure):
@@ -168,7 +176,8 @@ class PlanOptions(ctypes.Structure):
     ]
 
     @classmethod
-    def of(cls, element_code=-1, ndims=-1, target=0, order=0, copy=-1, readonly=0, dense=0):
+    def of(cls, element_code=PLAN_ANY, ndims=PLAN_ANY, target=TARGET_HOST_ARRAY, order=INDEX_ORDER_PRODUCER,
+           copy=COPY_IF_NEEDED, readonly=ACCESS_WRITABLE, dense=DENSE_ANY_LAYOUT):
         return cls(element_code, ndims, target, order, copy, readonly, dense, 0)
 
 
@@ -198,11 +207,12 @@ class ShareResult(ctypes.Structure):
     _fields_ = [("exporter", ctypes.py_object), ("released_roots", ctypes.c_uint64)]
 
 
-# rsdlpack::ElementType::code: the named types, then raw-byte elements (fp8/fp6/fp4).
-ELEMENT_CODES = {name: i for i, name in enumerate(
-    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "bcomplex"])}
-RAW_CODE_BASE = 0x10000
+# rsdlpack::ElementType::code of the named types (RsdlElementCode), by NumPy's dtype name; raw-byte
+# elements (fp8/fp6/fp4) have codes from RAW_CODE_BASE up.
+NUMPY_NAMES = {"COMPLEX_F32": "complex64", "COMPLEX_F64": "complex128"}
+ELEMENT_CODES = {NUMPY_NAMES.get(name, name).lower(): code for name, code in (
+    (key.removeprefix("ELEMENT_CODE_"), value) for key, value in vars(rsdlpack_abi).items()
+    if key.startswith("ELEMENT_CODE_"))}
 
 
 def raw_element_code(dlpack_code, bits):
@@ -309,7 +319,8 @@ class Bridge:
         code = self.lib.rsdlpack_imported_release_after(handle, stream, ctypes.byref(error))
         return None if code == 0 else (code, self._message(error))
 
-    def share(self, address, dims, strides, element_code, root_id, order=0, read_only=0, device=(1, 0), stream=0):
+    def share(self, address, dims, strides, element_code, root_id, order=INDEX_ORDER_PRODUCER, read_only=ACCESS_WRITABLE,
+              device=(1, 0), stream=0):
         """Shares memory described Julia-style; (exporter, released_roots) or (None, (code, message))."""
         n = len(dims)
         dims_c = (ctypes.c_int64 * max(n, 1))(*dims)

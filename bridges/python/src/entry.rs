@@ -5,6 +5,7 @@
 //! `rsdlpack_error_free`. Each attaches to the interpreter (taking the GIL if the caller
 //! released it) and first drains the queue of deferred releases (see [`crate::release`]).
 
+use crate::abi::RsdlCopy;
 use crate::error::{BridgeError, BridgeResult, ErrorCode};
 use crate::exporter::Exporter;
 use crate::import::{ImportRequest, import};
@@ -29,7 +30,7 @@ pub struct RsdlImportOptions {
     pub has_device: i32,
     pub device_type: u32,
     pub device_id: i32,
-    /// -1: no preference (`copy=None`), 0: never copy, 1: always copy.
+    /// An `RsdlCopy`: -1 no preference (`copy=None`), 0 never copy, 1 always copy.
     pub copy: i32,
 }
 
@@ -50,9 +51,9 @@ impl RsdlImportOptions {
             })
         });
         let copy = match self.copy {
-            -1 => None,
-            0 => Some(false),
-            1 => Some(true),
+            c if c == RsdlCopy::IfNeeded as i32 => None,
+            c if c == RsdlCopy::Never as i32 => Some(false),
+            c if c == RsdlCopy::Always as i32 => Some(true),
             other => {
                 return Err(BridgeError::Argument(format!(
                     "copy must be -1, 0 or 1, got {other}"
@@ -162,12 +163,12 @@ pub unsafe extern "C" fn rsdlpack_py_import(
 }
 
 /// `flags` bit for [`rsdlpack_py_import_with_flags`]: take tensors whose device type DLPack
-/// does not define (0 included) instead of refusing them with code 2.
+/// does not define (0 included) instead of refusing them with `RSDL_ERROR_CODE_BUFFER`.
 pub const RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES: u32 = 1;
 
 /// As `rsdlpack_py_import`, with `flags` (a bitwise or of `RSDLPACK_IMPORT_*`; unknown bits
-/// are refused with code 1). A separate entry point, so that `RsdlImportOptions` keeps its
-/// layout for existing callers.
+/// are refused with `RSDL_ERROR_CODE_INVALID`). A separate entry point, so that
+/// `RsdlImportOptions` keeps its layout for existing callers.
 ///
 /// # Safety
 /// As `rsdlpack_py_import`.
@@ -197,7 +198,7 @@ pub unsafe extern "C" fn rsdlpack_py_import_with_flags(
         let mut request = unsafe { options.as_ref() }
             .copied()
             .unwrap_or(RsdlImportOptions {
-                copy: -1,
+                copy: RsdlCopy::IfNeeded as i32,
                 ..Default::default()
             })
             .parse()?;

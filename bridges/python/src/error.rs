@@ -3,18 +3,20 @@
 //!
 //! Both are decided here, once: [`BridgeError::code`] maps every error to an [`ErrorCode`]
 //! (core errors by their [`ErrorKind`], decided in the core), and the code alone picks the
-//! Python exception type. The table (also in README.md):
+//! Python exception type. The numbers are [`ErrorCode`]'s, written into include/rsdlpack.h as
+//! `RsdlErrorCode` (from which Julia's and ctypes' constants are generated; README.md's and
+//! docs/src/c_abi.md's tables are checked against it by scripts/check_mirrors.py):
 //!
-//! | code | `ErrorCode`  | core `ErrorKind` | Python exception | Julia `DLPackError` kind |
-//! |------|--------------|------------------|------------------|--------------------------|
-//! | 1    | `Invalid`    | `InvalidInput`   | `ValueError`     | `:invalid`               |
-//! | 2    | `Buffer`     | `BufferRefusal`  | `BufferError`    | `:buffer`                |
-//! | 3    | `NotDlpack`  | —                | `TypeError`      | `:not_dlpack`            |
-//! | 4    | `Producer`   | —                | `RuntimeError`   | `:producer`              |
-//! | 5    | `Resource`   | `Resource`       | `MemoryError`    | `:resource`              |
-//! | 99   | `Internal`   | `Internal`       | `RuntimeError`   | `:internal`              |
+//! | `ErrorCode`  | core `ErrorKind` | Python exception | Julia `DLPackError` kind |
+//! |--------------|------------------|------------------|--------------------------|
+//! | `Invalid`    | `InvalidInput`   | `ValueError`     | `:invalid`               |
+//! | `Buffer`     | `BufferRefusal`  | `BufferError`    | `:buffer`                |
+//! | `NotDlpack`  | —                | `TypeError`      | `:not_dlpack`            |
+//! | `Producer`   | —                | `RuntimeError`   | `:producer`              |
+//! | `Resource`   | `Resource`       | `MemoryError`    | `:resource`              |
+//! | `Internal`   | `Internal`       | `RuntimeError`   | `:internal`              |
 //!
-//! A producer's exception (4) is wrapped, its type and text in the message, as a
+//! A producer's exception (`Producer`) is wrapped, its type and text in the message, as a
 //! `RuntimeError`: it is neither the caller's bad value nor a refusal of ours.
 
 use pyo3::PyErr;
@@ -51,7 +53,9 @@ pub enum BridgeError {
 
 pub type BridgeResult<T> = Result<T, BridgeError>;
 
-/// The return codes of the C entry points (0 is success). The numbers are ABI: never reuse one.
+/// The return codes of the C entry points (0 is success); C names them `RsdlErrorCode`
+/// (`RSDL_ERROR_CODE_INVALID`, …). The numbers are ABI: never reuse one. Julia's
+/// `DLPackError` kind is the code's name in lower case (`:not_dlpack`).
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {

@@ -13,7 +13,9 @@
 //! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call;
 //! - [`arrays`]: the one-crossing entry points behind Julia's `from_dlpack` and `share`
 //!   (import + validate + plan in one call; copy; release now or later), with [`roots`]
-//!   keeping shared Julia arrays alive until their consumers release them.
+//!   keeping shared Julia arrays alive until their consumers release them;
+//! - [`abi`]: the C ABI's named option values and struct numbers (with [`ErrorCode`]), which
+//!   include/rsdlpack.h carries to Julia and ctypes.
 //!
 //! The bridge speaks to the rest of RsDLPack in DLPack itself: it hands out and takes
 //! `DLManagedTensorVersioned*`, so the Julia bridge never links Python. Built with
@@ -21,6 +23,7 @@
 //! Python symbols resolve from the process that loads it, and abi3 makes one build serve every
 //! CPython ≥ 3.10.
 
+pub mod abi;
 pub mod arrays;
 mod attach;
 pub mod call;
