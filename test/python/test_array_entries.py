@@ -298,7 +298,7 @@ def test_the_struct_sizes_match_the_mirrors(bridge):
     for number, mirror in numbered:
         assert bridge.lib.rsdlpack_struct_size(number) == ctypes.sizeof(mirror), mirror.__name__
     assert bridge.lib.rsdlpack_struct_size(5) == 0
-    # The sizes test/runtests.jl expects of the Julia mirrors: the header's (julia/abi.jl).
+    # The sizes test/abi.jl expects of the Julia mirrors: the header's (julia/abi.jl).
     import pathlib
     import re
     sizes = dict(re.findall(r"^    (Rsdl\w+) = (\d+),$", (pathlib.Path(__file__).parents[2] / "julia" / "abi.jl").read_text(), re.M))
