@@ -11,7 +11,9 @@
  *
  * Every row is the median of 31 rounds of 20000 calls, the competitors alternating round by
  * round. A NumPy float32 array of 12 elements (the Rust bench shows the costs do not depend
- * on size); a 16x16 one for the round trips.
+ * on size); a 16x16 one for the round trips; Julia's one call on each layout beside
+ * np.from_dlpack of the same view; and, where torch imports, a 3x4 torch tensor beside
+ * torch's own C exchange API, and shares into torch beside torch.from_dlpack(ndarray).
  */
 #include <Python.h>
 #include <dlfcn.h>
@@ -40,7 +42,18 @@ typedef struct Managed {
     Tensor tensor;
 } Managed;
 
-enum { ROUNDS = 31, CALLS = 20000, COMPETITORS = 9 };
+enum { ROUNDS = 31, CALLS = 20000, MAX_ROWS = 40 };
+
+/* The DLPack 1.3 C exchange API table (dlpack.h), as much of it as these rows call. */
+typedef struct {
+    uint32_t major, minor;
+    void *prev_api;
+    void *managed_tensor_allocator;
+    int (*from_py_object)(void *object, Managed **out);
+    int (*to_py_object)(Managed *tensor, void **out);
+    void *dltensor_from_py_object;
+    void *current_work_stream;
+} ExchangeApi;
 
 static struct {
     int (*import)(PyObject *, const RsdlImportOptions *, DLManagedTensorVersioned **, char **);
@@ -50,6 +63,8 @@ static struct {
     void (*imported_release)(void *);
     int (*export_)(DLManagedTensorVersioned *, PyObject **, char **);
     int (*share)(const RsdlArrayExport *, RsdlShareResult *, char **);
+    /* Absent from libraries older than the entry point: its rows are then left out. */
+    int (*share_into)(const RsdlArrayExport *, PyObject *, RsdlShareResult *, char **);
     size_t (*take_released_roots)(uint64_t *, size_t);
 } lib;
 
@@ -60,6 +75,18 @@ static const RsdlImportOptions CPU = {.has_device = 1, .device_type = 1, .copy =
 static const RsdlPlanOptions JULIA_ARRAY = {.element_code = -1, .ndims = -1, .copy = -1};
 static float backing[256];
 static const int64_t dims[2] = {16, 16}, strides[2] = {1, 16};
+
+/* Julia's one call per layout: C order, transposed and stepped, 3x4 and 1024x1024. */
+enum { LAYOUTS = 6 };
+static const char *layout_names[LAYOUTS] = {"C 3x4",        "transposed 3x4",
+                                            "stepped 3x4",  "C 1024^2",
+                                            "transposed 1024^2", "stepped 1024^2"};
+static PyObject *layouts[LAYOUTS];
+static PyObject *layout; /* the one the current row times */
+
+/* torch, where it imports. */
+static PyObject *torch_tensor, *torch_type, *torch_from_dlpack;
+static const ExchangeApi *torch_api;
 
 static void check(int code, const char *what) {
     if (code != 0) {
@@ -90,19 +117,22 @@ static void floor_device(void) {
                                    kw_version_device));
 }
 
-static void import_with(const RsdlImportOptions *options) {
+static void import_from(PyObject *object, const RsdlImportOptions *options) {
     DLManagedTensorVersioned *tensor = NULL;
-    check(lib.import(array, options, &tensor, NULL), "rsdlpack_py_import");
+    check(lib.import(object, options, &tensor, NULL), "rsdlpack_py_import");
     lib.release(tensor);
 }
-static void ours(void) { import_with(NULL); }
-static void ours_device(void) { import_with(&CPU); }
+static void ours(void) { import_from(array, NULL); }
+static void ours_device(void) { import_from(array, &CPU); }
 
-static void julia(void) {
+static void julia_from(PyObject *object) {
     RsdlImportResult result;
-    check(lib.import_plan(array, &CPU, &JULIA_ARRAY, &result, NULL), "rsdlpack_py_import_plan");
+    check(lib.import_plan(object, &CPU, &JULIA_ARRAY, &result, NULL), "rsdlpack_py_import_plan");
     lib.imported_release(result.plan.tensor);
 }
+static void julia(void) { julia_from(array); }
+static void julia_layout(void) { julia_from(layout); }
+static void numpy_layout(void) { drop(PyObject_CallOneArg(from_dlpack, layout)); }
 
 static void free_managed(Managed *managed) { free(managed); }
 
@@ -121,23 +151,52 @@ static void export_round_trip(void) {
     Py_DECREF(exporter);
 }
 
-/* Julia's share of a 16x16 Float32 array, consumed by NumPy; roots taken back as Julia does. */
-static void share(void) {
+/* Julia's share of a 16x16 Float32 array; roots taken back as Julia does. */
+static RsdlArrayExport shared_array(void) {
     static uint64_t next_root = 1;
-    RsdlArrayExport description = {.address = (size_t)backing, .dims = dims, .strides = strides,
-                              .ndims = 2, .root_id = next_root++, .element_code = 11,
-                              .device_type = 1};
-    RsdlShareResult result;
-    check(lib.share(&description, &result, NULL), "rsdlpack_py_share");
-    if (result.released_roots > 0) {
+    return (RsdlArrayExport){.address = (size_t)backing, .dims = dims, .strides = strides,
+                             .ndims = 2, .root_id = next_root++, .element_code = 11,
+                             .device_type = 1};
+}
+
+static void take_roots(const RsdlShareResult *result) {
+    if (result->released_roots > 0) {
         uint64_t batch[64];
         lib.take_released_roots(batch, 64);
     }
-    drop(PyObject_CallOneArg(from_dlpack, result.exporter));
+}
+
+static void share_to(PyObject *consumer) {
+    RsdlArrayExport description = shared_array();
+    RsdlShareResult result;
+    check(lib.share(&description, &result, NULL), "rsdlpack_py_share");
+    take_roots(&result);
+    drop(PyObject_CallOneArg(consumer, result.exporter));
+    Py_DECREF(result.exporter);
+}
+static void share(void) { share_to(from_dlpack); }
+static void share_torch(void) { share_to(torch_from_dlpack); }
+
+/* share(A, torch.Tensor): the torch tensor made through torch's own C exchange API. */
+static void share_into_torch(void) {
+    RsdlArrayExport description = shared_array();
+    RsdlShareResult result;
+    check(lib.share_into(&description, torch_type, &result, NULL), "rsdlpack_py_share_into");
+    take_roots(&result);
     Py_DECREF(result.exporter);
 }
 
 static void numpy_round_trip(void) { drop(PyObject_CallOneArg(from_dlpack, square)); }
+static void torch_round_trip(void) { drop(PyObject_CallOneArg(torch_from_dlpack, square)); }
+
+/* torch's floor: its own managed_tensor_from_py_object_no_sync and the tensor's deleter. */
+static void torch_floor(void) {
+    Managed *tensor = NULL;
+    check(torch_api->from_py_object(torch_tensor, &tensor), "managed_tensor_from_py_object_no_sync");
+    tensor->deleter(tensor);
+}
+static void ours_torch(void) { import_from(torch_tensor, NULL); }
+static void julia_torch(void) { julia_from(torch_tensor); }
 
 static double now(void) {
     struct timespec t;
@@ -159,9 +218,104 @@ static void *symbol(void *handle, const char *name) {
     return found;
 }
 
+/* The rows: each a competitor and, for the layout rows, the object it is timed on. */
+typedef struct {
+    const char *name;
+    void (*run)(void);
+    PyObject *layout;
+    double median;
+} Row;
+static Row rows[MAX_ROWS];
+static int row_count;
+
+static int add(const char *name, void (*run)(void), PyObject *on) {
+    rows[row_count] = (Row){.name = name, .run = run, .layout = on};
+    return row_count++;
+}
+
+static void run_row(Row *row) {
+    layout = row->layout;
+    row->run();
+}
+
+/* Every row, the competitors alternating round by round; each row's median. */
+static void measure(void) {
+    static double samples[MAX_ROWS][ROUNDS];
+    for (int r = 0; r < row_count; r++) {
+        for (int i = 0; i < CALLS / 10; i++) {
+            run_row(&rows[r]); /* warm up */
+        }
+    }
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int r = 0; r < row_count; r++) {
+            layout = rows[r].layout;
+            void (*run)(void) = rows[r].run;
+            double start = now();
+            for (int i = 0; i < CALLS; i++) {
+                run();
+            }
+            samples[r][round] = (now() - start) / CALLS;
+        }
+    }
+    for (int r = 0; r < row_count; r++) {
+        qsort(samples[r], ROUNDS, sizeof(double), ascending);
+        rows[r].median = samples[r][ROUNDS / 2];
+        printf("%26s %6.0f ns\n", rows[r].name, rows[r].median);
+    }
+}
+
+/* torch.Tensor and its exchange table, or a message saying why the torch rows are left out. */
+static int load_torch(void) {
+    PyObject *torch = PyImport_ImportModule("torch");
+    if (torch == NULL) {
+        PyErr_Clear();
+        printf("NOT RUN: the torch rows (torch does not import here)\n");
+        return 0;
+    }
+    torch_type = PyObject_GetAttrString(torch, "Tensor");
+    torch_from_dlpack = PyObject_GetAttrString(torch, "from_dlpack");
+    torch_tensor = PyObject_CallMethod(torch, "ones", "(ii)", 3, 4);
+    PyObject *capsule = torch_type ? PyObject_GetAttrString(torch_type, "__dlpack_c_exchange_api__")
+                                   : NULL;
+    torch_api = capsule ? PyCapsule_GetPointer(capsule, "dlpack_exchange_api") : NULL;
+    if (!torch_type || !torch_from_dlpack || !torch_tensor || !torch_api) {
+        PyErr_Clear();
+        printf("NOT RUN: the torch rows (this torch has no __dlpack_c_exchange_api__)\n");
+        return 0;
+    }
+    return 1;
+}
+
+/* NumPy's arrays: the 12-element one, the 16x16 one, and the layouts. */
+static int load_numpy(void) {
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (np == NULL) {
+        return 0;
+    }
+    array = PyObject_CallMethod(np, "ones", "(i)s", 12, "float32");
+    square = PyObject_CallMethod(np, "ones", "(ii)s", 16, 16, "float32");
+    from_dlpack = PyObject_GetAttrString(np, "from_dlpack");
+    PyObject *views = PyDict_New();
+    PyDict_SetItemString(views, "np", np);
+    PyObject *made = PyRun_String(
+        "[np.ones((3, 4), 'float32'), np.ones((4, 3), 'float32').T,\n"
+        " np.ones((6, 8), 'float32')[::2, ::2], np.ones((1024, 1024), 'float32'),\n"
+        " np.ones((1024, 1024), 'float32').T, np.ones((2048, 2048), 'float32')[::2, ::2]]",
+        Py_eval_input, views, views);
+    if (!array || !square || !from_dlpack || !made) {
+        return 0;
+    }
+    for (int i = 0; i < LAYOUTS; i++) {
+        layouts[i] = PyList_GetItem(made, i);
+    }
+    return 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s librsdlpack_python.so [profile-import|profile-julia|profile-share]\n",
+        fprintf(stderr,
+                "usage: %s librsdlpack_python.so "
+                "[profile-import|profile-julia|profile-share|profile-torch|profile-share-into]\n",
                 argv[0]);
         return 2;
     }
@@ -177,73 +331,90 @@ int main(int argc, char **argv) {
     *(void **)&lib.imported_release = symbol(handle, "rsdlpack_imported_release");
     *(void **)&lib.export_ = symbol(handle, "rsdlpack_py_export");
     *(void **)&lib.share = symbol(handle, "rsdlpack_py_share");
+    *(void **)&lib.share_into = dlsym(handle, "rsdlpack_py_share_into");
     *(void **)&lib.take_released_roots = symbol(handle, "rsdlpack_py_take_released_roots");
 
-    PyObject *np = PyImport_ImportModule("numpy");
-    if (np == NULL) {
-        PyErr_Print();
-        return 1;
-    }
-    array = PyObject_CallMethod(np, "ones", "(i)s", 12, "float32");
-    square = PyObject_CallMethod(np, "ones", "(ii)s", 16, 16, "float32");
-    from_dlpack = PyObject_GetAttrString(np, "from_dlpack");
     dlpack_name = PyUnicode_InternFromString("__dlpack__");
     kw_version = Py_BuildValue("(s)", "max_version");
     kw_version_device = Py_BuildValue("(ss)", "max_version", "dl_device");
     version = Py_BuildValue("(ii)", 1, 3);
     cpu = Py_BuildValue("(ii)", 1, 0);
-    if (!array || !square || !from_dlpack || !dlpack_name || !kw_version || !version || !cpu) {
+    if (!load_numpy() || !dlpack_name || !kw_version || !version || !cpu) {
         PyErr_Print();
         return 1;
     }
+    int torch = load_torch();
 
     if (argc > 2) { /* one competitor in a loop, for perf record */
-        void (*loop)(void) = strcmp(argv[2], "profile-julia") == 0   ? julia
-                             : strcmp(argv[2], "profile-share") == 0 ? share
-                                                                     : ours_device;
+        const char *which = argv[2];
+        void (*loop)(void) = strcmp(which, "profile-julia") == 0   ? julia
+                             : strcmp(which, "profile-share") == 0 ? share
+                             : strcmp(which, "profile-torch") == 0 && torch ? julia_torch
+                             : strcmp(which, "profile-share-into") == 0 && torch && lib.share_into
+                                 ? share_into_torch
+                                 : ours_device;
         for (long i = 0; i < 20000000; i++) {
             loop();
         }
         return 0;
     }
 
-    static const char *names[COMPETITORS] = {
-        "np.from_dlpack", "floor",  "floor+dev", "ours",         "ours+dev",
-        "julia",          "export", "share",     "numpy 16x16"};
-    void (*competitors[COMPETITORS])(void) = {numpy,       floor_plain, floor_device,
-                                              ours,        ours_device, julia,
-                                              export_round_trip, share, numpy_round_trip};
-    static double samples[COMPETITORS][ROUNDS];
-    for (int c = 0; c < COMPETITORS; c++) {
-        for (int i = 0; i < CALLS / 10; i++) {
-            competitors[c](); /* warm up */
+    int np_row = add("np.from_dlpack", numpy, NULL);
+    int floor_row = add("floor", floor_plain, NULL);
+    add("floor+dev", floor_device, NULL);
+    int ours_row = add("ours", ours, NULL);
+    int ours_device_row = add("ours+dev", ours_device, NULL);
+    int julia_row = add("julia", julia, NULL);
+    int export_row = add("export", export_round_trip, NULL);
+    int share_row = add("share", share, NULL);
+    int square_row = add("numpy 16x16", numpy_round_trip, NULL);
+    int layout_rows[LAYOUTS];
+    for (int i = 0; i < LAYOUTS; i++) {
+        layout_rows[i] = add(layout_names[i], numpy_layout, layouts[i]);
+        add("  julia", julia_layout, layouts[i]);
+    }
+    int torch_rows = row_count;
+    if (torch) {
+        add("torch C API floor", torch_floor, NULL);
+        add("ours torch", ours_torch, NULL);
+        add("julia torch", julia_torch, NULL);
+        add("torch.from_dlpack 16x16", torch_round_trip, NULL);
+        add("share -> torch.from_dlpack", share_torch, NULL);
+        if (lib.share_into) {
+            add("share_into torch.Tensor", share_into_torch, NULL);
         }
     }
-    for (int round = 0; round < ROUNDS; round++) {
-        for (int c = 0; c < COMPETITORS; c++) {
-            double start = now();
-            for (int i = 0; i < CALLS; i++) {
-                competitors[c]();
-            }
-            samples[c][round] = (now() - start) / CALLS;
-        }
-    }
-    double median[COMPETITORS];
-    for (int c = 0; c < COMPETITORS; c++) {
-        qsort(samples[c], ROUNDS, sizeof(double), ascending);
-        median[c] = samples[c][ROUNDS / 2];
-        printf("%16s %6.0f ns\n", names[c], median[c]);
-    }
-    double np_ns = median[0];
+    measure();
+
+    double np_ns = rows[np_row].median, floor_ns = rows[floor_row].median;
     printf("import (rsdlpack_py_import + release) vs np.from_dlpack: %.2fx; beyond the floor: %.0f ns\n",
-           median[3] / np_ns, median[3] - median[1]);
+           rows[ours_row].median / np_ns, rows[ours_row].median - floor_ns);
     printf("  with dl_device=(CPU, 0), what from_dlpack(Array, ...) passes: %.2fx; beyond the floor: %.0f ns\n",
-           median[4] / np_ns, median[4] - median[1]);
+           rows[ours_device_row].median / np_ns, rows[ours_device_row].median - floor_ns);
     printf("Julia's path (rsdlpack_py_import_plan + rsdlpack_imported_release): %.2fx; beyond the floor: %.0f ns\n",
-           median[5] / np_ns, median[5] - median[1]);
+           rows[julia_row].median / np_ns, rows[julia_row].median - floor_ns);
+    for (int i = 0; i < LAYOUTS; i++) {
+        printf("  Julia's path vs np.from_dlpack, %s: %.2fx\n", layout_names[i],
+               rows[layout_rows[i] + 1].median / rows[layout_rows[i]].median);
+    }
     printf("export round trip (rsdlpack_py_export -> np.from_dlpack) vs NumPy -> NumPy: %.2fx\n",
-           median[6] / median[8]);
+           rows[export_row].median / rows[square_row].median);
     printf("Julia's share (rsdlpack_py_share -> np.from_dlpack) vs NumPy -> NumPy: %.2fx\n",
-           median[7] / median[8]);
+           rows[share_row].median / rows[square_row].median);
+    if (torch) {
+        double floor_torch = rows[torch_rows].median, torch_np = rows[torch_rows + 3].median;
+        printf("torch import (rsdlpack_py_import + release): %.0f ns beyond torch's C API floor\n",
+               rows[torch_rows + 1].median - floor_torch);
+        printf("Julia's path on a torch tensor: %.0f ns beyond torch's C API floor\n",
+               rows[torch_rows + 2].median - floor_torch);
+        printf("share -> torch.from_dlpack vs torch.from_dlpack(ndarray): %.2fx\n",
+               rows[torch_rows + 4].median / torch_np);
+        if (lib.share_into) {
+            printf("share_into torch.Tensor vs torch.from_dlpack(ndarray): %.2fx; vs torch's C API floor: %.2fx\n",
+                   rows[torch_rows + 5].median / torch_np, rows[torch_rows + 5].median / floor_torch);
+        } else {
+            printf("NOT RUN: share_into (this library has no rsdlpack_py_share_into)\n");
+        }
+    }
     return 0;
 }
