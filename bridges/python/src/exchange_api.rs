@@ -252,6 +252,9 @@ pub struct TypeInfo {
     /// Whether its tensors are always in host memory, so that asking for the CPU is a no-op
     /// (`numpy.ndarray`, see [`crate::numpy`]).
     pub host_memory: bool,
+    /// Whether its objects are NumPy arrays whose fields this process has checked it can
+    /// read ([`crate::numpy::fields_are_readable`]).
+    pub numpy_fields: bool,
 }
 
 /// The per-type cache (see the module docs). A few slots suffice: a program imports from a few
@@ -320,10 +323,12 @@ fn type_info_from_cache(
     // type) for every type without the API, which must be released now (see `crate::attach`).
     let ty = object.get_type();
     let info = crate::attach::releasing(|| -> BridgeResult<TypeInfo> {
+        let ndarray = crate::numpy::is_ndarray(&ty);
         Ok(TypeInfo {
             api: ExchangeApi::of_type(&ty)?,
             torch: crate::torch::classify(&ty)?,
-            host_memory: crate::numpy::is_ndarray(&ty),
+            host_memory: ndarray,
+            numpy_fields: ndarray && crate::numpy::fields_are_readable(&ty),
         })
     })?;
     let py = object.py();

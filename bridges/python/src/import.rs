@@ -89,6 +89,17 @@ fn negotiate(object: &Bound<'_, PyAny>, request: &ImportRequest) -> BridgeResult
         return Ok(tensor);
     }
     let info = exchange_api::type_info(object)?;
+    if info.numpy_fields
+        && request.stream == StreamRequest::Omitted
+        && request.copy != Some(true)
+        && request.device.is_none_or(|wanted| wanted == Device::CPU)
+        // SAFETY: `numpy_fields` says the object's type is one `fields_are_readable` accepted.
+        && let Some(managed) = unsafe { crate::numpy::export_directly(object) }
+    {
+        let tensor = ImportedTensor::new(managed)?;
+        check_result(&tensor, || "numpy.ndarray".into(), request, request.device)?;
+        return Ok(tensor);
+    }
     crate::torch::check(object, info.torch)?;
     if let Some(api) = info
         .api

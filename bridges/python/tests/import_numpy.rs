@@ -102,6 +102,131 @@ fn every_layout_numpy_can_make_is_a_zero_copy_view() {
     });
 }
 
+/// What an import made of `object`: its element type, address, shape, strides and read-only
+/// flag, or the error's kind and the producer's words (the part after the type's name).
+fn imported_as(
+    object: &Bound<'_, PyAny>,
+) -> Result<(ElementType, usize, Vec<i64>, Vec<i64>, bool), String> {
+    match import(object, &ImportRequest::default()) {
+        Ok(tensor) => {
+            let d = tensor.descriptor();
+            Ok((
+                d.element(),
+                d.first_element(),
+                d.shape().to_vec(),
+                d.strides().to_vec(),
+                d.read_only(),
+            ))
+        }
+        Err(err) => {
+            let text = err.to_string();
+            let words = text
+                .split_once("__dlpack__")
+                .map_or(text.as_str(), |(_, w)| w);
+            Err(format!("code {:?}: {words}", err.code()))
+        }
+    }
+}
+
+#[test]
+fn arrays_read_through_their_fields_are_what_their_own_dlpack_gives() {
+    // A subclass inherits `ndarray.__dlpack__` but is not read through the fields.
+    let layouts = [
+        "base.reshape(3, 4)",
+        "base.reshape(3, 4).T",
+        "base.reshape(3, 4)[::2, ::-3]",
+        "base.reshape(2, 2, 3).transpose(1, 2, 0)[:, 1:]",
+        "base.reshape(3, 4)[1, 2, ...]",
+        "base[:0]",
+        "base.reshape(1, 12, 1)",
+        "ro(base.reshape(4, 3))",
+    ];
+    Python::attach(|py| {
+        let helpers = "class Sub(np.ndarray): pass\n\
+                       def ro(a):\n    a = a.view(); a.flags.writeable = False; return a\n";
+        for (name, _) in dtypes(Peer::NumPy) {
+            for layout in layouts {
+                let code = format!(
+                    "{helpers}base = np.arange(12).astype('{name}')\nresult = ({layout}, ({layout}).view(Sub))"
+                );
+                let pair = run(py, &code);
+                let (array, sub) = (pair.get_item(0).unwrap(), pair.get_item(1).unwrap());
+                let before = rsdlpack_python::numpy::imports_through_fields();
+                let direct = imported_as(&array);
+                assert_eq!(
+                    rsdlpack_python::numpy::imports_through_fields(),
+                    before + 1,
+                    "{name} {layout}: read through the fields"
+                );
+                assert_eq!(direct, imported_as(&sub), "{name} {layout}");
+                assert_eq!(
+                    rsdlpack_python::numpy::imports_through_fields(),
+                    before + 1,
+                    "{name} {layout}: the subclass went through __dlpack__"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn arrays_numpy_would_refuse_or_treat_specially_go_through_dlpack() {
+    let cases = [
+        ("byte-swapped", "np.arange(4, dtype='>f4')"),
+        ("long double", "np.arange(4, dtype=np.longdouble)"),
+        ("complex long double", "np.arange(4, dtype=np.clongdouble)"),
+        (
+            "strides not whole elements",
+            "np.lib.stride_tricks.as_strided(np.zeros(16, 'f4'), (3,), (6,))",
+        ),
+        (
+            "structured",
+            "np.zeros(3, dtype=[('a', 'f4'), ('b', 'i2')])",
+        ),
+        ("object", "np.array([1, None], dtype=object)"),
+        ("datetime", "np.arange(3).astype('datetime64[s]')"),
+        ("more dims than the core takes", "np.ones((1,) * 33)"),
+    ];
+    Python::attach(|py| {
+        for (name, expression) in cases {
+            let code = format!(
+                "class Sub(np.ndarray): pass\narray = {expression}\nresult = (array, array.view(Sub))"
+            );
+            let pair = run(py, &code);
+            let (array, sub) = (pair.get_item(0).unwrap(), pair.get_item(1).unwrap());
+            let before = rsdlpack_python::numpy::imports_through_fields();
+            let answer = imported_as(&array);
+            assert_eq!(
+                rsdlpack_python::numpy::imports_through_fields(),
+                before,
+                "{name}: not read through the fields"
+            );
+            assert_eq!(answer, imported_as(&sub), "{name}: NumPy's own answer");
+        }
+    });
+}
+
+#[test]
+fn an_array_read_through_its_fields_stays_alive_until_released() {
+    Python::attach(|py| {
+        let array = run(py, "result = np.arange(6.0)");
+        let before = refcount(&array);
+        let tensor = import_default(&array);
+        assert_eq!(refcount(&array), before + 1, "the tensor holds the array");
+        let address = tensor.descriptor().first_element();
+        let weak = run(py, "import weakref\nresult = weakref.ref")
+            .call1((&array,))
+            .unwrap();
+        drop(array);
+        run(py, "gc.collect()\nresult = None");
+        assert!(!weak.call0().unwrap().is_none(), "alive while imported");
+        // SAFETY: the tensor keeps the array, and so its memory, alive.
+        assert_eq!(unsafe { *(address as *const f64).add(5) }, 5.0);
+        drop(tensor);
+        assert!(weak.call0().unwrap().is_none(), "freed once released");
+    });
+}
+
 #[test]
 fn empty_arrays_plan_as_empty() {
     Python::attach(|py| {
