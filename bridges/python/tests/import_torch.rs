@@ -129,8 +129,42 @@ fn grad_conj_and_neg_tensors_are_refused_by_name_on_both_paths() {
             "negative bit",
             "resolve_neg()",
         ),
+        (
+            "torch.ones(2, 3, requires_grad=True)[1:].t()",
+            "requires grad",
+            "detach()",
+        ),
+        (
+            "torch.tensor([1+2j, 3j]).conj()[::2]",
+            "conjugate bit",
+            "resolve_conj()",
+        ),
+        (
+            "torch._neg_view(torch.ones(4, dtype=torch.int32))",
+            "negative bit",
+            "resolve_neg()",
+        ),
+        (
+            "torch.nn.Parameter(torch.ones(2))",
+            "requires grad",
+            "detach()",
+        ),
+        (
+            "torch.ones(3).requires_grad_()",
+            "requires grad",
+            "detach()",
+        ),
     ];
     Python::attach(|py| {
+        // Imported once before its flag is set: the flag is read anew on every import.
+        let toggled = torch(py, "result = torch.ones(3)");
+        assert!(import(&toggled, &ImportRequest::default()).is_ok());
+        assert!(
+            rsdlpack_python::torch::flags_read_natively(),
+            "this torch's flag functions are found and agree with torch (Linux, torch >= 2)"
+        );
+        toggled.call_method1("requires_grad_", (true,)).unwrap();
+        assert!(import(&toggled, &ImportRequest::default()).is_err());
         for (code, bit, fix) in cases {
             let t = torch(py, &format!("result = {code}"));
             for request in [
@@ -151,9 +185,18 @@ fn grad_conj_and_neg_tensors_are_refused_by_name_on_both_paths() {
                     message.contains(bit) && message.contains(fix),
                     "{code}: {message}"
                 );
-                assert!(message.contains("torch.Tensor"), "{message}");
+                assert!(message.contains("cannot import this torch."), "{message}");
             }
         }
+        // A subclass that answers a flag itself is asked through Python, as torch would.
+        let liar = torch(
+            py,
+            "class Liar(torch.Tensor):\n    def is_neg(self): return True\nresult = torch.ones(2).as_subclass(Liar)",
+        );
+        let err = import(&liar, &ImportRequest::default())
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("negative bit"), "{err}");
         // The same tensors once resolved import fine.
         let ok = torch(
             py,
