@@ -4,7 +4,7 @@
 # fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 module RsDLPackPyCallExt
 
-using PyCall: PyCall, PyObject, PyPtr
+using PyCall: PyCall, PyObject, PyPtr, pybuiltin, pyisinstance
 import RsDLPack
 
 pointer_of(o::PyObject) = Ptr{Cvoid}(PyPtr(o))
@@ -15,8 +15,13 @@ RsDLPack.from_dlpack(::Type{T}, o::PyObject; kwargs...) where {T<:AbstractArray}
     RsDLPack.import_dlpack(pointer_of, T, o; kwargs...)
 RsDLPack.from_dlpack(o::PyObject; kwargs...) = RsDLPack.from_dlpack(Array, o; kwargs...)
 
+# A Python type with the DLPack C exchange API gets its object made by the bridge.
+into(consumer::PyObject) = pyisinstance(consumer, pybuiltin("type")) &&
+                           hasproperty(consumer, "__dlpack_c_exchange_api__") ? pointer_of(consumer) : nothing
+into(::Type{PyObject}) = nothing
+
 RsDLPack.share(A::AbstractArray, consumer::Union{PyObject,Type{PyObject}}; kwargs...) =
-    RsDLPack.share_array(object_of, call, A, consumer; kwargs...)
+    RsDLPack.share_array(object_of, call, A, consumer; into=into(consumer), kwargs...)
 
 # A stream handle kept as a PyObject (`pycall(f, PyObject, …)`, or a `PyObject` attribute); PyCall's
 # own property access converts Python ints to Julia integers already.

@@ -585,6 +585,21 @@ int32_t rsdlpack_py_share(const struct RsdlArrayExport *array,
                           char **error_out);
 
 /**
+ * As [`rsdlpack_py_share`], but `*out`'s object is one of `type`, made by `type`'s DLPack C
+ * exchange API (`__dlpack_c_exchange_api__`'s `managed_tensor_to_py_object_no_sync`, e.g.
+ * `torch.Tensor`'s) with no Python call. Refused (nothing then refers to the root): a type
+ * without such an API, a read-only array, and an API that makes objects of another type.
+ * CUDA memory is ordered after `array.stream` on the consumer's current work stream.
+ *
+ * # Safety
+ * As [`rsdlpack_py_share`]; `type` a live `PyObject*`.
+ */
+int32_t rsdlpack_py_share_into(const struct RsdlArrayExport *array,
+                               PyObject *type,
+                               struct RsdlShareResult *out,
+                               char **error_out);
+
+/**
  * Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia
  * unroots them; call again while it returns `capacity`.
  *

@@ -100,6 +100,7 @@ const PYTHON_SYMBOLS_LOCK = ReentrantLock()
 # take no lock).
 const IMPORT_PLAN = Ref{Ptr{Cvoid}}(C_NULL)
 const SHARE = Ref{Ptr{Cvoid}}(C_NULL)
+const SHARE_INTO = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_AFTER = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_LATER = Ref{Ptr{Cvoid}}(C_NULL)
 
@@ -117,6 +118,7 @@ function load_python_bridge!()
         end
         IMPORT_PLAN[] = Libdl.dlsym(library, :rsdlpack_py_import_plan)
         SHARE[] = Libdl.dlsym(library, :rsdlpack_py_share)
+        SHARE_INTO[] = Libdl.dlsym(library, :rsdlpack_py_share_into)
         RELEASE_AFTER[] = Libdl.dlsym(library, :rsdlpack_imported_release_after)
         RELEASE_LATER[] = Libdl.dlsym(library, :rsdlpack_imported_release_later)
         PYTHON_BRIDGE[] = library
@@ -170,6 +172,27 @@ function python_share(array::ArrayExport)
     message = Ref{Ptr{UInt8}}(C_NULL)
     code = ccall(SHARE[], Int32, (Ref{ArrayExport}, Ref{ShareResult}, Ref{Ptr{UInt8}}),
                  array, result, message)
+    return shared_object(code, result, message)
+end
+
+"""
+    python_share_into(array_export, type_pointer) -> Ptr{Cvoid}
+
+As `python_share`, but the new reference is an object of the Python type at `type_pointer`
+(borrowed), made by that type's DLPack C exchange API (`managed_tensor_to_py_object_no_sync`).
+"""
+function python_share_into(array::ArrayExport, type::Ptr{Cvoid})
+    SHARE_INTO[] == C_NULL && python_symbol(:rsdlpack_py_share_into)  # throws: not loaded
+    result = Ref{ShareResult}()
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = ccall(SHARE_INTO[], Int32,
+                 (Ref{ArrayExport}, Ptr{Cvoid}, Ref{ShareResult}, Ref{Ptr{UInt8}}),
+                 array, type, result, message)
+    return shared_object(code, result, message)
+end
+
+# A share's answer: the new reference, or the error thrown (the root is unrooted either way).
+function shared_object(code::Int32, result::Ref{ShareResult}, message::Ref{Ptr{UInt8}})
     if code != 0
         unroot_released!()
         throw(bridge_error(code, message[]))

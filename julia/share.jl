@@ -38,6 +38,12 @@ rooted_count() = lock(() -> length(ROOTS), ROOTS_LOCK)
 Hands the array `A` to the Python callable `consumer` (e.g. `torch.from_dlpack`,
 `np.from_dlpack`, `jax.dlpack.from_dlpack`) without copying, and returns what it returns.
 
+`consumer` may also be a Python type that offers the DLPack C exchange API
+(`__dlpack_c_exchange_api__`, e.g. `torch.Tensor`): the result is then an object of that type,
+made by the type's own C function in the same call into RsDLPack, with no Python-level
+`__dlpack__` round trip. A read-only array cannot be shared this way (torch's tensors are
+always writable): share it with a function, which sees DLPack's READ_ONLY flag.
+
 `A` may be an `Array`, a strided view (`view` with ranges, including negative steps), a
 `PermutedDimsArray` of one, or a [`ReadOnlyArray`](@ref) (exported with DLPack's READ_ONLY
 flag). With `order=:producer` the consumer sees the same indices (`A[i, j] == t[i-1, j-1]`,
@@ -65,13 +71,16 @@ is_strided(A::AbstractArray) = A isa StridedArray
 is_strided(A::PermutedDimsArray) = is_strided(parent(A))
 
 """
-    share_array(to_python, call, A, consumer; order)
+    share_array(to_python, call, A, consumer; order, into=nothing)
 
 The shared export path: `to_python(pointer)` wraps a new reference as the extension's object
 type; `call(consumer, exporter)` calls the consumer without converting its result (or, when
-`consumer` is that type itself, the exporter is returned).
+`consumer` is that type itself, the exporter is returned). With `into` (the borrowed
+`PyObject*` of `consumer`, a type offering the C exchange API) the bridge makes that type's
+object itself.
 """
-function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=:producer)
+function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=:producer,
+                     into::Union{Nothing,Ptr{Cvoid}}=nothing)
     readonly = A isa ReadOnlyArray
     B = readonly ? parent(A) : A
     is_strided(B) || throw(DLPackError(:buffer,
@@ -84,9 +93,12 @@ function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=
     steps = collect(Int64, strides(B))
     device_type, device_id = array_device(B)
     id = root!(B)
-    exporter = GC.@preserve B dims steps python_share(ArrayExport(
-        array_address(B), pointer(dims), pointer(steps), ndims(B), id, producer_stream(B),
-        code, order_code, device_type, device_id, readonly ? ACCESS_READ_ONLY : ACCESS_WRITABLE, 0))
-    object = to_python(exporter)
-    return consumer isa Type ? object : call(consumer, object)
+    shared = GC.@preserve B dims steps consumer begin
+        array = ArrayExport(array_address(B), pointer(dims), pointer(steps), ndims(B), id,
+                            producer_stream(B), code, order_code, device_type, device_id,
+                            readonly ? ACCESS_READ_ONLY : ACCESS_WRITABLE, 0)
+        into === nothing ? python_share(array) : python_share_into(array, into)
+    end
+    object = to_python(shared)
+    return consumer isa Type || into !== nothing ? object : call(consumer, object)
 end

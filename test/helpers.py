@@ -86,6 +86,18 @@ def jax_from_dlpack(x):
     return jax.dlpack.from_dlpack(x)
 
 
+def torch_tensor_type():
+    import torch
+
+    return torch.Tensor
+
+
+def collect_garbage():
+    import gc
+
+    gc.collect()
+
+
 def torch_from_dlpack(x):
     import torch
 

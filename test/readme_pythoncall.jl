@@ -58,6 +58,10 @@ address(x) = pyconvert(UInt, x.ctypes.data)
         torch = pyimport("torch")
         t = share(M, torch.from_dlpack)
         @test pyconvert(UInt, t.data_ptr()) == UInt(pointer(M))
+        t = share(M, torch.Tensor)
+        @test pyconvert(Bool, pybuiltins.isinstance(t, torch.Tensor))
+        @test pyconvert(UInt, t.data_ptr()) == UInt(pointer(M))
+        @test pyconvert(Vector{Int}, pybuiltins.list(t.stride())) == [1, 2]
         T = from_dlpack(torch.arange(6).reshape(2, 3))
         @test size(T) == (2, 3) && T[2, 1] == 3
     end

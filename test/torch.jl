@@ -9,5 +9,16 @@ if jl(Bool, "has", "torch")
         M = Float32.(reshape(1:6, 2, 3))
         u = share(M, fn("torch_from_dlpack"))
         @test address(u) == UInt(pointer(M)) && expected(u, Float32) == M
+        # Into the type itself: torch's C exchange API makes the tensor.
+        tensor_type = py("torch_tensor_type")
+        w = share(M, tensor_type)
+        @test address(w) == UInt(pointer(M)) && expected(w, Float32) == M
+        rooted = RsDLPack.rooted_count()
+        w = nothing
+        py("collect_garbage")
+        flush_releases()
+        @test RsDLPack.rooted_count() < rooted
+        err = try share(ReadOnlyArray(M), tensor_type); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("read-only", err.message)
     end
 end

@@ -256,6 +256,8 @@ class Bridge:
         lib.rsdlpack_imported_release_after.restype = ctypes.c_int32
         lib.rsdlpack_py_share.argtypes = [ctypes.POINTER(ArrayExport), ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_share.restype = ctypes.c_int32
+        lib.rsdlpack_py_share_into.argtypes = [ctypes.POINTER(ArrayExport), ctypes.py_object, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_share_into.restype = ctypes.c_int32
         lib.rsdlpack_py_take_released_roots.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
         lib.rsdlpack_py_take_released_roots.restype = ctypes.c_size_t
 
@@ -320,15 +322,19 @@ class Bridge:
         return None if code == 0 else (code, self._message(error))
 
     def share(self, address, dims, strides, element_code, root_id, order=INDEX_ORDER_PRODUCER, read_only=ACCESS_WRITABLE,
-              device=(1, 0), stream=0):
-        """Shares memory described Julia-style; (exporter, released_roots) or (None, (code, message))."""
+              device=(1, 0), stream=0, into=None):
+        """Shares memory described Julia-style; (exporter, released_roots) or (None, (code, message)).
+        With `into` (a type), through rsdlpack_py_share_into: the object is one of that type."""
         n = len(dims)
         dims_c = (ctypes.c_int64 * max(n, 1))(*dims)
         strides_c = (ctypes.c_int64 * max(n, 1))(*strides)
         array = ArrayExport(address, dims_c, strides_c, n, root_id, stream, element_code, order, device[0], device[1], read_only, 0)
         out = ShareResult()
         error = ctypes.c_void_p()
-        code = self.lib.rsdlpack_py_share(ctypes.byref(array), ctypes.byref(out), ctypes.byref(error))
+        if into is None:
+            code = self.lib.rsdlpack_py_share(ctypes.byref(array), ctypes.byref(out), ctypes.byref(error))
+        else:
+            code = self.lib.rsdlpack_py_share_into(ctypes.byref(array), into, ctypes.byref(out), ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
         # A new reference, as in export(): take it over.

@@ -438,6 +438,56 @@ pub unsafe extern "C" fn rsdlpack_py_share(
     })
 }
 
+/// As [`rsdlpack_py_share`], but `*out`'s object is one of `type`, made by `type`'s DLPack C
+/// exchange API (`__dlpack_c_exchange_api__`'s `managed_tensor_to_py_object_no_sync`, e.g.
+/// `torch.Tensor`'s) with no Python call. Refused (nothing then refers to the root): a type
+/// without such an API, a read-only array, and an API that makes objects of another type.
+/// CUDA memory is ordered after `array.stream` on the consumer's current work stream.
+///
+/// # Safety
+/// As [`rsdlpack_py_share`]; `type` a live `PyObject*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_share_into(
+    array: *const RsdlArrayExport,
+    r#type: *mut ffi::PyObject,
+    out: *mut RsdlShareResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    let error_out = unsafe { ErrorOut::new(error_out) };
+    trampoline(error_out, || {
+        if array.is_null() || r#type.is_null() || out.is_null() {
+            return Err(BridgeError::Argument(
+                "rsdlpack_py_share_into: array, type and out must not be null".into(),
+            ));
+        }
+        // SAFETY: readable (checked non-null; caller's contract).
+        let array = unsafe { &*array };
+        let root = JuliaRoot(array.root_id);
+        // SAFETY: forwarded from this entry point's contract.
+        let spec = unsafe { spec_of(array) }?;
+        let stream = (array.stream != 0).then_some(array.stream);
+        let object = with_python(|py| {
+            // SAFETY: a live object (caller's contract), borrowed for the call.
+            let ty = unsafe { Bound::from_borrowed_ptr(py, r#type) };
+            let ty = ty.cast_into::<pyo3::types::PyType>().map_err(|e| {
+                BridgeError::Argument(format!(
+                    "rsdlpack_py_share_into: type must be a Python type, got {}",
+                    e.into_inner()
+                ))
+            })?;
+            Ok(crate::share_into::share_into(&ty, &spec, root, stream)?.unbind())
+        })?;
+        let result = RsdlShareResult {
+            exporter: object.into_ptr(),
+            released_roots: roots::released_count() as u64,
+        };
+        // SAFETY: `out` is writable (checked non-null; caller's contract).
+        unsafe { out.write(result) };
+        Ok(())
+    })
+}
+
 /// # Safety
 /// As [`rsdlpack_py_share`]'s contract for `array`.
 unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>> {

@@ -31,6 +31,7 @@ use pyo3::exceptions::PyAttributeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
+use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader};
 use rsdlpack::{Device, ManagedTensor};
 use std::cell::Cell;
@@ -180,6 +181,66 @@ impl ExchangeApi {
         Ok(tensor)
     }
 
+    /// Whether the table can make its type's objects from a managed tensor.
+    pub fn makes_objects(&self) -> bool {
+        self.table.managed_tensor_to_py_object_no_sync.is_some()
+    }
+
+    /// Calls `managed_tensor_to_py_object_no_sync(tensor)`: a new object of the table's type
+    /// over `tensor`, which it now owns; no stream ordering (the caller orders streams).
+    ///
+    /// On failure a table may or may not have run the deleter already (torch runs it when the
+    /// failure comes after it wrapped the memory): `deleter_ran` tells, and the tensor is
+    /// released here when it did not. `type_name` names the type in messages.
+    pub fn managed_tensor_to_py_object<'py>(
+        &self,
+        py: Python<'py>,
+        type_name: impl FnOnce() -> String,
+        tensor: Managed<DLManagedTensorVersioned>,
+        deleter_ran: impl FnOnce() -> bool,
+    ) -> BridgeResult<Bound<'py, PyAny>> {
+        let what = |type_name: String| {
+            format!("{type_name}.__dlpack_c_exchange_api__ managed_tensor_to_py_object_no_sync")
+        };
+        let Some(make) = self.table.managed_tensor_to_py_object_no_sync else {
+            return Err(BridgeError::Argument(format!(
+                "{} is missing from the table",
+                what(type_name())
+            )));
+        };
+        let raw = tensor.into_raw();
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the GIL is held (`py`); `raw` is an owned versioned tensor whose ownership
+        // the function takes on success; `out` is a valid out-pointer.
+        let status = unsafe { make(raw, &mut out) };
+        let raised = PyErr::take(py);
+        if status == 0 && !out.is_null() {
+            // SAFETY: on success the function hands out a new reference.
+            let object = unsafe { Bound::from_owned_ptr(py, out.cast()) };
+            return match raised {
+                None => Ok(object),
+                // A table that reports success must not leave an exception behind; the object
+                // (and with it the tensor) is released by the drop.
+                Some(err) => Err(BridgeError::producer(
+                    format!("{} (while reporting success)", what(type_name())),
+                    err,
+                )),
+            };
+        }
+        if !deleter_ran() {
+            // SAFETY: the table did not take the tensor (its deleter has not run): it is ours
+            // again, and released once here.
+            drop(unsafe { Managed::from_raw(raw) });
+        }
+        Err(match raised {
+            Some(err) => BridgeError::producer(what(type_name()), err),
+            None => BridgeError::Producer {
+                what: what(type_name()),
+                message: format!("error code {status} and no object, without a Python exception"),
+            },
+        })
+    }
+
     /// The producer's current work stream on `device` (a `CUstream`; 0 is the default stream),
     /// or `None` when the table has no `current_work_stream`.
     pub fn current_work_stream(
@@ -287,7 +348,16 @@ static CACHE: Mutex<TypeCache> = Mutex::new(TypeCache {
 // Inlined: the thread's last answer is the common case.
 #[inline]
 pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
-    let raw = object.get_type_ptr();
+    info_of_type(object.py(), object.get_type_ptr())
+}
+
+/// What [`TypeInfo`] says about the type `ty` (a consumer's type, see `share_into`).
+pub fn type_info_of(ty: &Bound<'_, PyType>) -> BridgeResult<TypeInfo> {
+    info_of_type(ty.py(), ty.as_type_ptr())
+}
+
+#[inline]
+fn info_of_type(py: Python<'_>, raw: *mut ffi::PyTypeObject) -> BridgeResult<TypeInfo> {
     // The thread's last answer, valid while no entry was evicted since (an evicted type may be
     // freed and its address reused; eviction bumps the generation before the type is freed).
     let generation = GENERATION.load(Ordering::Acquire);
@@ -297,13 +367,13 @@ pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
     {
         return Ok(info);
     }
-    type_info_from_cache(object, raw, generation)
+    type_info_from_cache(py, raw, generation)
 }
 
 /// [`type_info`] past the thread's last answer: the shared cache, else the type itself.
 fn type_info_from_cache(
-    object: &Bound<'_, PyAny>,
-    raw: *mut pyo3::ffi::PyTypeObject,
+    py: Python<'_>,
+    raw: *mut ffi::PyTypeObject,
     generation: usize,
 ) -> BridgeResult<TypeInfo> {
     {
@@ -319,9 +389,12 @@ fn type_info_from_cache(
             return Ok(*info);
         }
     }
+    // SAFETY: `raw` is the type of a live object or a live type the caller borrows.
+    let ty = unsafe { Bound::from_borrowed_ptr(py, raw.cast()) }
+        .cast_into::<PyType>()
+        .expect("a type object");
     // A first sight of the type: the attribute lookup drops an `AttributeError` (holding the
     // type) for every type without the API, which must be released now (see `crate::attach`).
-    let ty = object.get_type();
     let info = crate::attach::releasing(|| -> BridgeResult<TypeInfo> {
         let ndarray = crate::numpy::is_ndarray(&ty);
         Ok(TypeInfo {
@@ -331,7 +404,6 @@ fn type_info_from_cache(
             numpy_fields: ndarray && crate::numpy::fields_are_readable(&ty),
         })
     })?;
-    let py = object.py();
     let evicted = {
         let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
         if cache

@@ -40,6 +40,7 @@ pub mod numpy;
 pub mod release;
 pub mod request;
 pub mod roots;
+pub mod share_into;
 pub mod torch;
 
 pub use error::{BridgeError, BridgeResult, ErrorCode};

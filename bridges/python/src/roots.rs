@@ -5,6 +5,7 @@
 //! code may run there, so the owner's drop only queues the id; Julia takes the queued ids
 //! ([`take_released`]) when it next enters RsDLPack on a Julia thread and unroots them.
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,12 +16,24 @@ static RELEASED_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// The owner inside an exported Julia array's tensor.
 pub struct JuliaRoot(pub u64);
 
+thread_local! {
+    /// The id of the root last released on this thread (see [`last_released_here`]).
+    static LAST_RELEASED: Cell<u64> = const { Cell::new(0) };
+}
+
 impl Drop for JuliaRoot {
     fn drop(&mut self) {
+        LAST_RELEASED.set(self.0);
         let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
         released.push(self.0);
         RELEASED_COUNT.store(released.len(), Ordering::Release);
     }
+}
+
+/// The id of the root whose owner was last dropped on this thread: tells whether a call that
+/// was handed an owner released it before returning.
+pub fn last_released_here() -> u64 {
+    LAST_RELEASED.get()
 }
 
 /// How many released root ids wait for Julia (a hint: it may grow right after).

@@ -1,0 +1,108 @@
+//! Julia arrays shared straight into a consumer's type through its DLPack C exchange API.
+//!
+//! `share(A, torch.Tensor)`: the array's tensor goes to the table's
+//! `managed_tensor_to_py_object_no_sync`, which makes the consumer's object over it with no
+//! Python call — where `share(A, torch.from_dlpack)` makes an exporter, and torch calls its
+//! `__dlpack__` and parses its arguments. The decisions are the exporter's:
+//! - CUDA memory is ordered, with an event, after the stream the array was written on, on the
+//!   consumer's current work stream (the table's `current_work_stream`; the legacy default
+//!   stream for a table without one), as `__dlpack__(stream=...)` orders it;
+//! - the tensor declares the newest minor version both sides know (and is refused if its
+//!   element type needs a newer one);
+//! - a read-only array is refused: a table has no way to say that it keeps DLPack's READ_ONLY
+//!   flag, and torch's does not (its tensors are always writable).
+//!
+//! The object must be of the type asked for (a subclass inheriting torch's table gets a plain
+//! `torch.Tensor` from it, which is refused by name).
+
+use crate::error::{BridgeError, BridgeResult};
+use crate::exchange_api::{self, ExchangeApi};
+use crate::roots::{self, JuliaRoot};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use rsdlpack::{DeviceKind, TensorDescriptor};
+
+/// An object of type `ty` over the array `descriptor` describes, which root `root` keeps
+/// alive until the object's tensor is released. `stream` is the CUDA stream the array was
+/// written on (the legacy default stream when `None`).
+pub fn share_into<'py>(
+    ty: &Bound<'py, PyType>,
+    descriptor: &TensorDescriptor,
+    root: JuliaRoot,
+    stream: Option<usize>,
+) -> BridgeResult<Bound<'py, PyAny>> {
+    let api = exchange_api::type_info_of(ty)?
+        .api
+        .filter(ExchangeApi::makes_objects)
+        .ok_or_else(|| {
+            BridgeError::Argument(format!(
+                "{} has no DLPack C exchange API that makes its objects \
+                 (__dlpack_c_exchange_api__ with managed_tensor_to_py_object_no_sync); share \
+                 with a function instead, e.g. share(A, torch.from_dlpack)",
+                type_name(ty)
+            ))
+        })?;
+    if descriptor.read_only() {
+        return Err(BridgeError::Buffer(format!(
+            "a read-only array cannot be shared into {}: its C exchange API does not promise \
+             to keep DLPack's READ_ONLY flag, so the result could be written; share a copy, or \
+             a writable array",
+            type_name(ty)
+        )));
+    }
+    order_for_consumer(ty, api, descriptor, stream)?;
+    let root_id = root.0;
+    let (_, minor) = api.version();
+    let tensor = rsdlpack::export::export_versioned(descriptor, root, minor)?;
+    let object = api.managed_tensor_to_py_object(
+        ty.py(),
+        || type_name(ty),
+        tensor,
+        || roots::last_released_here() == root_id,
+    )?;
+    if !object.is_instance(ty).unwrap_or(false) {
+        return Err(BridgeError::Argument(format!(
+            "{}'s C exchange API makes {} objects, not {0} ones; share into {1}, or share with a \
+             function",
+            type_name(ty),
+            type_name(&object.get_type())
+        )));
+    }
+    Ok(object)
+}
+
+/// For CUDA memory: the consumer's current work stream waits (an event, no host wait) for the
+/// stream the array was written on.
+fn order_for_consumer(
+    ty: &Bound<'_, PyType>,
+    api: ExchangeApi,
+    descriptor: &TensorDescriptor,
+    stream: Option<usize>,
+) -> BridgeResult<()> {
+    let device = descriptor.device();
+    if !matches!(device.kind, DeviceKind::Cuda | DeviceKind::CudaManaged) {
+        return Ok(());
+    }
+    let consumer = api
+        .current_work_stream(ty.py(), || type_name(ty), device)?
+        // The default stream is NULL in the runtime API; the driver calls it 1.
+        .map_or(1, |s| if s == 0 { 1 } else { s });
+    let producer = stream.unwrap_or(1);
+    // SAFETY: `producer` is the stream the array was written on (the share entry points'
+    // contract) or the legacy default stream; `consumer` is the consumer's current stream on
+    // the array's device, live by the API's contract.
+    Ok(unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?)
+}
+
+fn type_name(ty: &Bound<'_, PyType>) -> String {
+    let module = ty.module().map(|m| m.to_string()).unwrap_or_default();
+    let name = ty
+        .qualname()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into());
+    if module.is_empty() || module == "builtins" {
+        name
+    } else {
+        format!("{module}.{name}")
+    }
+}
