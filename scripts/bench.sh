@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds in release and prints, in one run, every ratio the benchmarks record: validate + plan
 # per layout, copies against memcpy (1 KiB and 1 GiB, 1 and 2 threads), imports against
-# np.from_dlpack and the producer's own __dlpack__ call, the export round trip — in process
-# (the Rust bench, every size) and as shipped (librsdlpack_python.so called from a C program
-# that embeds the venv's CPython, as Julia's ccall calls it). Writes the in-process import rows
+# np.from_dlpack and the producer's own __dlpack__ call, Julia's one call per layout, the export
+# round trip and share — in process (the Rust bench, every size) and as shipped
+# (librsdlpack_python.so called from a C program that embeds the venv's CPython, as Julia's
+# ccall calls it), with torch's rows beside torch's own C exchange API where torch imports. Writes the in-process import rows
 # to target/bench/import.csv and plots them to benches/import_overhead.png.
 # Benchmarks are never timed tests: CI builds them (clippy --all-targets) but asserts no time.
 source "$(dirname "$0")/env.sh"

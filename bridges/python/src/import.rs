@@ -11,7 +11,9 @@
 //! and types DLPack does not define are refused, naming the number, unless the caller opted in
 //! ([`ImportRequest::accept_unknown_device_types`]), for producers it knows to use a newer or
 //! private device type.
-//! Before that, a type that offers the DLPack 1.3 C exchange API (`__dlpack_c_exchange_api__`,
+//! Before that, `numpy.ndarray` itself is read through NumPy's C ABI, with no Python call (see
+//! [`crate::numpy`]), where nothing about the request needs NumPy's own answer; and a type
+//! that offers the DLPack 1.3 C exchange API (`__dlpack_c_exchange_api__`,
 //! torch) is imported through it (see [`crate::exchange_api`]): one C call instead of Python
 //! code, the streams ordered by us. torch tensors are checked for what DLPack cannot carry
 //! (see [`crate::torch`]) on either path.

@@ -3,7 +3,7 @@
 //! - [`import`]: any object with `__dlpack__` (or a capsule) → an owned, validated tensor;
 //! - [`exchange_api`]: the DLPack 1.3 C exchange API of a producer's type (torch), used by
 //!   [`import`] instead of `__dlpack__`; [`torch`]: what torch tensors carry that DLPack cannot;
-//!   [`numpy`]: the arrays that are host memory by construction;
+//!   [`numpy`]: NumPy's arrays, read through NumPy's C ABI instead of its `__dlpack__`;
 //! - [`exporter`]: a Python object with `__dlpack__` ([`dlpack_method`]) over a tensor Rust owns,
 //!   whose type offers its own C exchange API ([`exporter_api`]);
 //! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
@@ -13,7 +13,8 @@
 //! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call;
 //! - [`arrays`]: the one-crossing entry points behind Julia's `from_dlpack` and `share`
 //!   (import + validate + plan in one call; copy; release now or later), with [`roots`]
-//!   keeping shared Julia arrays alive until their consumers release them;
+//!   keeping shared Julia arrays alive until their consumers release them, and [`share_into`]
+//!   handing them to a type's own C exchange API (`share(A, torch.Tensor)`);
 //! - [`abi`]: the C ABI's named option values and struct numbers (with [`ErrorCode`]), which
 //!   include/rsdlpack.h carries to Julia and ctypes.
 //!
