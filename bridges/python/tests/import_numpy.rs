@@ -102,11 +102,12 @@ fn every_layout_numpy_can_make_is_a_zero_copy_view() {
     });
 }
 
-/// What an import made of `object`: its element type, address, shape, strides and read-only
-/// flag, or the error's kind and the producer's words (the part after the type's name).
-fn imported_as(
-    object: &Bound<'_, PyAny>,
-) -> Result<(ElementType, usize, Vec<i64>, Vec<i64>, bool), String> {
+/// An import's element type, address, shape, strides and read-only flag.
+type Imported = (ElementType, usize, Vec<i64>, Vec<i64>, bool);
+
+/// What an import made of `object`, or the error's kind and the producer's words (the part
+/// after the type's name).
+fn imported_as(object: &Bound<'_, PyAny>) -> Result<Imported, String> {
     match import(object, &ImportRequest::default()) {
         Ok(tensor) => {
             let d = tensor.descriptor();
