@@ -20,7 +20,6 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyModule, PyType};
 use std::ffi::c_void;
-use std::sync::OnceLock;
 
 /// How a type relates to torch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +110,7 @@ pub fn classify(ty: &Bound<'_, PyType>) -> BridgeResult<TorchKind> {
         .map_err(|e| BridgeError::producer("classifying a type for torch", e))?;
     Ok(match answer {
         1 => {
-            NATIVE.get_or_init(|| NativeFlags::find(py));
+            NATIVE.get_or_init(py, || NativeFlags::find(py));
             TorchKind::Plain
         }
         2 => TorchKind::Wrapped,
@@ -144,7 +143,9 @@ struct NativeFlags {
 }
 
 /// Decided at the first torch tensor type seen; `None` inside: read the Python attributes.
-static NATIVE: OnceLock<Option<NativeFlags>> = OnceLock::new();
+/// A `PyOnceLock`: the search runs Python code, which lets other threads take the GIL, and a
+/// thread that waits for the cell must not hold it meanwhile.
+static NATIVE: PyOnceLock<Option<NativeFlags>> = PyOnceLock::new();
 
 /// Where a tensor object may hold its `TensorImpl*` (`THPVariable::cdata`, a `MaybeOwned` or
 /// plain `at::Tensor` right after the object header): the probe picks the one that matches.
@@ -232,8 +233,8 @@ impl NativeFlags {
 
 /// Whether torch's flags are read through its C++ functions ([`NativeFlags`]) in this process
 /// (a test hook: `None` until a torch tensor type was first seen).
-pub fn flags_read_natively() -> bool {
-    NATIVE.get().is_some_and(Option::is_some)
+pub fn flags_read_natively(py: Python<'_>) -> bool {
+    NATIVE.get(py).is_some_and(Option::is_some)
 }
 
 /// Refuses a torch tensor whose meaning DLPack cannot carry (see the module docs).
@@ -253,7 +254,7 @@ fn check_torch(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
     };
     let (requires_grad, conj, neg) = match kind {
         TorchKind::NotTorch => return Ok(()),
-        TorchKind::Plain => match NATIVE.get().copied().flatten() {
+        TorchKind::Plain => match NATIVE.get(py).copied().flatten() {
             // SAFETY: a `Plain` type's object, and the layout was checked (`NATIVE` is set
             // only then).
             Some(native) => unsafe { native.answers(object) },

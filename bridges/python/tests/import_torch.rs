@@ -160,7 +160,7 @@ fn grad_conj_and_neg_tensors_are_refused_by_name_on_both_paths() {
         let toggled = torch(py, "result = torch.ones(3)");
         assert!(import(&toggled, &ImportRequest::default()).is_ok());
         assert!(
-            rsdlpack_python::torch::flags_read_natively(),
+            rsdlpack_python::torch::flags_read_natively(py),
             "this torch's flag functions are found and agree with torch (Linux, torch >= 2)"
         );
         toggled.call_method1("requires_grad_", (true,)).unwrap();
