@@ -89,16 +89,14 @@ fn gcd_chain(links: &[Link], out: &mut [u64]) -> Option<()> {
     Some(())
 }
 
-/// Divisor lattices up to this size are searched in stack arrays; larger ones on the heap.
-const STACK_DIVISORS: usize = 64;
-
 /// Replaces the gcd chain in `out` (whose last stride is the last link's) by the chain with
 /// the least last stride (see the module docs).
 ///
 /// `P_last` is a divisor of the last stride at least `1 + Σ (nⱼ - 1)·sⱼ` over the other links:
 /// the least such divisor is a lower bound, reached at once when it is the stride itself (the
 /// gcd chain is then least) or when there are two links (`P₀ = 1` divides every divisor).
-/// Otherwise a [`Lattice`] search finds the least chain.
+/// A short scan finds that divisor for real strides; the rest factor the stride, and a
+/// [`Lattice`] search finds the least chain.
 fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
     let Some((last, faster)) = links.split_last() else {
         return;
@@ -108,6 +106,24 @@ fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
     }) else {
         return;
     };
+    if bound > last.stride {
+        return;
+    }
+    match divisors::least_by_scan(last.stride, bound) {
+        Some(lowest) if lowest == last.stride => {}
+        Some(lowest) if links.len() == 2 => (out[0], out[1]) = (1, lowest),
+        _ => lower_by_divisors(links, bound, out),
+    }
+}
+
+/// Divisor lattices up to this size are searched in stack arrays; larger ones on the heap.
+const STACK_DIVISORS: usize = 64;
+
+/// [`lower_the_last_stride`] over the last stride's factored divisors, for what the scan left
+/// open. Kept out of line: its stack arrays would otherwise burden every plan's frame.
+#[inline(never)]
+fn lower_by_divisors(links: &[Link], bound: u64, out: &mut [u64]) {
+    let last = links[links.len() - 1];
     let mut primes = [PrimePower::default(); MAX_PRIMES];
     let count = divisors::factor(last.stride, &mut primes);
     let primes = &primes[..count];
