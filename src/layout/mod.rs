@@ -36,16 +36,16 @@
 //! answer once, into the caller's [`ArrayPlan`] ([`decide`]); [`LayoutPlan`] is the same answer
 //! in readable form.
 
-mod decide;
 mod divisors;
 #[cfg(test)]
 mod exhaustive;
 mod flat;
 mod nest;
+mod planner;
 mod target;
 
-pub use decide::Decision;
 pub use flat::{ArrayPlan, PlanKind};
+pub use planner::Decision;
 pub use target::{ArrayRequest, Target, decide, plan_for};
 
 use crate::descriptor::TensorDescriptor;
@@ -188,7 +188,7 @@ pub fn plan(
     policy: CopyPolicy,
 ) -> Result<LayoutPlan> {
     let mut flat = ArrayPlan::zeroed();
-    let decision = decide::plan_into(descriptor, order, policy, &mut flat)?;
+    let decision = planner::plan_into(descriptor, order, policy, &mut flat)?;
     Ok(flat.readable(descriptor, decision.reason()))
 }
 

@@ -6,7 +6,7 @@
 //! whether only a plain dense array will do. The bridges carry this request and the answer; they
 //! decide nothing themselves.
 
-use super::decide::{Decision, copy, plan_into};
+use super::planner::{Decision, copy, plan_into};
 use super::{Access, ArrayPlan, CopyPolicy, IndexOrder, LayoutPlan};
 use crate::descriptor::TensorDescriptor;
 use crate::dtype::ElementType;
