@@ -27,6 +27,7 @@
 //! Every product and sum is checked: an overflow means no parent fits in 64 bits, which the
 //! caller reports as "copy needed".
 
+use super::CopyReason;
 use super::divisors::{self, Exponents, MAX_PRIMES, PrimePower};
 use crate::dims::MAX_NDIM;
 
@@ -37,17 +38,14 @@ pub(crate) struct Link {
     pub stride: u64,
 }
 
-/// Why no parent was found.
-pub(crate) const NO_NEST: &str = "the strides overlap or do not nest into one array";
-
 /// Writes the parent strides for `links` (sorted by stride) into `out` (one per link), or
-/// says why no dense parent holds them (`out` then holds no meaning).
-pub(crate) fn nest(links: &[Link], out: &mut [u64]) -> Result<(), &'static str> {
+/// says that no dense parent holds them (`out` then holds no meaning).
+pub(crate) fn nest(links: &[Link], out: &mut [u64]) -> Result<(), CopyReason> {
     debug_assert_eq!(links.len(), out.len());
     if tight_chain(links, out).is_some() {
         return Ok(());
     }
-    gcd_chain(links, out).ok_or(NO_NEST)?;
+    gcd_chain(links, out).ok_or(CopyReason::NoNest)?;
     lower_the_last_stride(links, out);
     Ok(())
 }
@@ -289,7 +287,7 @@ mod tests {
             .collect()
     }
 
-    fn nest(links: &[Link]) -> Result<Vec<u64>, &'static str> {
+    fn nest(links: &[Link]) -> Result<Vec<u64>, CopyReason> {
         let mut out = vec![0; links.len()];
         super::nest(links, &mut out).map(|()| out)
     }
@@ -345,7 +343,11 @@ mod tests {
 
     #[test]
     fn overlapping_and_non_nesting_strides_do_not() {
-        assert_eq!(nest(&links(&[(3, 1), (2, 2)])), Err(NO_NEST), "overlap");
+        assert_eq!(
+            nest(&links(&[(3, 1), (2, 2)])),
+            Err(CopyReason::NoNest),
+            "overlap"
+        );
         assert_eq!(
             nest(&links(&[(2, 2), (2, 3)])).unwrap(),
             [1, 3],
@@ -353,12 +355,12 @@ mod tests {
         );
         assert_eq!(
             nest(&links(&[(3, 2), (2, 3)])),
-            Err(NO_NEST),
+            Err(CopyReason::NoNest),
             "disjoint but interleaved: 0 2 4 / 3 5 7"
         );
         assert_eq!(
             nest(&links(&[(2, 1), (2, 1)])),
-            Err(NO_NEST),
+            Err(CopyReason::NoNest),
             "equal strides"
         );
     }
@@ -396,7 +398,7 @@ mod tests {
     fn extreme_values_fail_without_overflow() {
         assert_eq!(
             nest(&links(&[(u64::MAX, u64::MAX), (2, u64::MAX)])),
-            Err(NO_NEST)
+            Err(CopyReason::NoNest)
         );
         assert_eq!(nest(&links(&[(2, 1 << 63)])).unwrap(), [1]);
     }

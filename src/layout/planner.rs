@@ -9,7 +9,7 @@
 
 use super::flat::{ArrayPlan, PlanKind};
 use super::nest::{self, Link};
-use super::{CopyPolicy, IndexOrder, MISALIGNED, PARENT_TOO_LARGE};
+use super::{CopyPolicy, CopyReason, IndexOrder};
 use crate::descriptor::TensorDescriptor;
 use crate::dims::{DimVec, MAX_NDIM};
 use crate::dtype::ElementType;
@@ -23,24 +23,18 @@ pub enum Decision {
     /// No elements: allocate an empty array of `dims`, share nothing.
     Empty,
     /// Copy into a fresh column-major array of `dims`, for this reason.
-    Copy { reason: &'static str },
+    Copy { reason: CopyReason },
 }
 
 impl Decision {
-    /// Why a copy (empty for the other decisions).
-    pub fn reason(self) -> &'static str {
+    /// Why a copy (`None` for the other decisions).
+    pub fn reason(self) -> Option<CopyReason> {
         match self {
-            Self::Copy { reason } => reason,
-            _ => "",
+            Self::Copy { reason } => Some(reason),
+            _ => None,
         }
     }
 }
-
-/// Why a copy is made when one was asked for.
-pub(crate) const COPY_REQUESTED: &str = "a copy was requested";
-
-/// Why a view is impossible when a stride is zero.
-const ZERO_STRIDE: &str = "a zero stride repeats elements";
 
 /// Plans `descriptor` in `order` under `policy` into `out`: its kind, `ndims` and `dims`, and
 /// for a view the parent address, dims, ranges, permutation and the two `needs_*` flags
@@ -72,7 +66,7 @@ pub(crate) fn plan_into(
         return Ok(Decision::Empty);
     }
     if policy == CopyPolicy::Always {
-        return Ok(copy(out, COPY_REQUESTED));
+        return Ok(copy(out, CopyReason::Requested));
     }
     // Every element is as misaligned as the first (strides count whole elements).
     if !descriptor.is_aligned() {
@@ -110,7 +104,7 @@ fn misaligned(
             align: descriptor.element().alignment(),
             element: descriptor.element().julia_name(),
         }),
-        _ => Ok(copy(out, MISALIGNED)),
+        _ => Ok(copy(out, CopyReason::Misaligned)),
     }
 }
 
@@ -120,7 +114,7 @@ fn copy_or_refuse(
     policy: CopyPolicy,
     shape: &[i64],
     strides: &[i64],
-    reason: &'static str,
+    reason: CopyReason,
     out: &mut ArrayPlan,
 ) -> Result<Decision> {
     match policy {
@@ -165,7 +159,7 @@ fn packed_into(descriptor: &TensorDescriptor, policy: CopyPolicy, out: &mut Arra
         return Decision::Empty;
     }
     if policy == CopyPolicy::Always {
-        return copy(out, COPY_REQUESTED);
+        return copy(out, CopyReason::Requested);
     }
     out.kind = PlanKind::View as u8;
     out.parent_address = descriptor.first_element();
@@ -175,7 +169,7 @@ fn packed_into(descriptor: &TensorDescriptor, policy: CopyPolicy, out: &mut Arra
 }
 
 /// Turns `out` into a copy plan (its dims are already the result's).
-pub(crate) fn copy(out: &mut ArrayPlan, reason: &'static str) -> Decision {
+pub(crate) fn copy(out: &mut ArrayPlan, reason: CopyReason) -> Decision {
     out.kind = PlanKind::Copy as u8;
     out.parent_address = 0;
     out.needs_view = 0;
@@ -279,7 +273,7 @@ fn view_into(
     element_size: usize,
     first_element: usize,
     out: &mut ArrayPlan,
-) -> std::result::Result<(), &'static str> {
+) -> std::result::Result<(), CopyReason> {
     let mut varying = [0u8; MAX_NDIM];
     let mut links = [Link::default(); MAX_NDIM];
     let count = rank_varying(shape, strides, &mut varying, &mut links)?;
@@ -310,7 +304,7 @@ fn rank_varying(
     strides: &[i64],
     varying: &mut [u8; MAX_NDIM],
     links: &mut [Link; MAX_NDIM],
-) -> std::result::Result<usize, &'static str> {
+) -> std::result::Result<usize, CopyReason> {
     let mut count = 0;
     let (mut ascending, mut descending) = (true, true);
     let mut previous = 0u64;
@@ -319,7 +313,7 @@ fn rank_varying(
             continue;
         }
         if strides[k] == 0 {
-            return Err(ZERO_STRIDE);
+            return Err(CopyReason::ZeroStride);
         }
         let stride = strides[k].unsigned_abs();
         if count > 0 {
@@ -361,23 +355,23 @@ impl<'a> Parent<'a> {
         links: &'a [Link],
         strides: &'a [u64],
         element_size: usize,
-    ) -> std::result::Result<Self, &'static str> {
+    ) -> std::result::Result<Self, CopyReason> {
         let mut last_dim = 1;
         if let (Some(last), Some(&last_stride)) = (links.last(), strides.last()) {
             last_dim = (last.len - 1)
                 .checked_mul(last.stride / last_stride)
                 .and_then(|reach| reach.checked_add(1))
-                .ok_or(PARENT_TOO_LARGE)?;
+                .ok_or(CopyReason::ParentTooLarge)?;
         }
         let elements = strides
             .last()
             .map_or(Some(1), |&stride| stride.checked_mul(last_dim))
-            .ok_or(PARENT_TOO_LARGE)?;
+            .ok_or(CopyReason::ParentTooLarge)?;
         let fits = elements
             .checked_mul(element_size as u64)
             .is_some_and(|bytes| bytes <= isize::MAX as u64);
         if !fits {
-            return Err(PARENT_TOO_LARGE);
+            return Err(CopyReason::ParentTooLarge);
         }
         Ok(Self {
             links,
