@@ -16,7 +16,8 @@
 //! `RSDLPACK_BENCH_ELEMENT` (`f32`, `f64`, `f16` or `u8`).
 //! `RSDLPACK_BENCH_REUSE=1` copies into one buffer whose pages are in already (both sides),
 //! to time the copy kernels without the kernel's page clearing.
-//! `RSDLPACK_BENCH_RUNS` (a number) times that many batches instead, to give a profiler samples.
+//! `RSDLPACK_BENCH_RUNS` (a number) times that many batches instead, to give a profiler samples
+//! (planner and copies alike).
 //! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
 //! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
 //! memory that stays in cache, so the copies read no DRAM at all.
@@ -84,7 +85,8 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
     let mut out = ArrayPlan::zeroed();
     // Validated where it lies, as an import validates into its tensor's descriptor.
     let mut d = TensorDescriptor::empty();
-    let mut samples: Vec<f64> = (0..15)
+    let batches = knob("RSDLPACK_BENCH_RUNS").parse().unwrap_or(15);
+    let mut samples: Vec<f64> = (0..batches)
         .map(|_| {
             let start = Instant::now();
             for _ in 0..CALLS {
@@ -96,10 +98,38 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
             start.elapsed().as_secs_f64() * 1e9 / f64::from(CALLS)
         })
         .collect();
+    // The timed loop's last plan is read: LLVM has dropped planner work that no read needed.
+    let mut reference = ArrayPlan::zeroed();
+    decide(&d, &request, &mut reference).unwrap();
+    assert!(
+        same_plan(&out, &reference),
+        "the timed plan is the planner's answer"
+    );
     // The fastest batch: planning is pure computation, and on a shared machine every slower
     // batch is slower only because something else ran.
     samples.sort_by(f64::total_cmp);
     samples[0]
+}
+
+/// Whether two flat plans say the same (their entries up to `ndims`).
+fn same_plan(a: &ArrayPlan, b: &ArrayPlan) -> bool {
+    let n = a.ndims as usize;
+    let scalars = |p: &ArrayPlan| {
+        let flags = (p.kind, p.needs_view, p.needs_permutation);
+        (p.ndims, p.parent_address, flags)
+    };
+    let entries = |p: &ArrayPlan| {
+        [
+            p.dims,
+            p.parent_dims,
+            p.starts,
+            p.steps,
+            p.lengths,
+            p.permutation,
+        ]
+        .map(|e| e[..n].to_vec())
+    };
+    scalars(a) == scalars(b) && entries(a) == entries(b)
 }
 
 fn planner() {
@@ -110,6 +140,11 @@ fn planner() {
         ("F-order (3, 4)", vec![3, 4], vec![1, 3]),
         ("permuted 4-d", vec![2, 3, 4, 5], vec![20, 1, 5, 60]),
         ("stepped a[::2, ::3] of 8×9", vec![4, 3], vec![18, 3]),
+        (
+            "stepped a[::2, ::2, ::2] of 8³",
+            vec![4, 4, 4],
+            vec![128, 16, 2],
+        ),
         ("reversed a[::-1] of 12", vec![12], vec![-1]),
         (
             "sliced a[:, ::4, ::4] of 6³",

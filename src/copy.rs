@@ -428,99 +428,170 @@ impl<'a> Tiles<'a> {
     }
 }
 
-impl StridedCopy for Tiles<'_> {
-    unsafe fn copy<const N: usize>(&self, source: *const u8, out: &mut [u8]) {
+/// What a tiled copy settles once for all its bands (see [`Tiles::copy_band`]).
+struct Bands {
+    /// Rows per band and columns per tile.
+    tile_rows: usize,
+    tile_cols: usize,
+    /// The plane: dim 0 (rows) and dim `t` (columns), with their source strides in elements.
+    rows: usize,
+    cols: usize,
+    row_stride: isize,
+    col_stride: isize,
+    /// Bands per plane.
+    per_plane: usize,
+    /// Write with non-temporal stores.
+    stream: bool,
+    /// Transpose straight into the output, without the local tile.
+    direct: bool,
+}
+
+impl Tiles<'_> {
+    /// The bands of a copy of `N`-byte elements into `out_len` bytes.
+    fn bands<const N: usize>(&self, out_len: usize) -> Bands {
         let (tile_rows, tile_cols) = const {
             let (tile_rows, tile_cols) = tile_shape(N);
             assert!(tile_rows * tile_cols * N <= TILE_BYTES);
             (tile_rows, tile_cols)
         };
-        let (rows, cols) = (self.shape[0] as usize, self.shape[self.t] as usize);
-        let (row_stride, col_stride) = (self.strides[0] as isize, self.strides[self.t] as isize);
-        let bands = rows.div_ceil(tile_rows);
-        let planes = out.len() / N / (rows * cols);
-        let stream = out.len() >= STREAM_THRESHOLD;
-        // An output this small stays in L1 while it is written: the local tile would only
-        // add a second pass.
-        let direct = out.len() <= DIRECT_THRESHOLD;
+        let rows = self.shape[0] as usize;
+        Bands {
+            tile_rows,
+            tile_cols,
+            rows,
+            cols: self.shape[self.t] as usize,
+            row_stride: self.strides[0] as isize,
+            col_stride: self.strides[self.t] as isize,
+            per_plane: rows.div_ceil(tile_rows),
+            stream: out_len >= STREAM_THRESHOLD,
+            // An output this small stays in L1 while it is written: the local tile would only
+            // add a second pass.
+            direct: out_len <= DIRECT_THRESHOLD,
+        }
+    }
+
+    /// Copies band `task` (plane `task / per_plane`, its band `task % per_plane`): `tile_rows`
+    /// rows across all columns, so that the source is read as `tile_rows` streams of whole
+    /// rows, which the hardware prefetchers follow, and each output column receives a
+    /// `tile_rows`-element piece. (Walking a column strip down all rows instead reads a few
+    /// lines per row, each a fresh cache miss.)
+    ///
+    /// # Safety
+    /// As [`StridedCopy::copy`], `out` being the output's first byte; no other task may write
+    /// this band's output elements while it runs.
+    unsafe fn copy_band<const N: usize>(
+        &self,
+        bands: &Bands,
+        task: usize,
+        source: *const u8,
+        out: *mut u8,
+    ) {
+        let (plane, band) = (task / bands.per_plane, task % bands.per_plane);
+        let (source_base, out_base) = self.plane_start(plane);
+        let tile_rows = bands.tile_rows;
+        let (row_start, row_end) = (band * tile_rows, ((band + 1) * tile_rows).min(bands.rows));
+        let height = row_end - row_start;
+        // The tile goes through a small local buffer, column-major: rows are read along
+        // the source's fast dimension and columns written along the output's, each in
+        // pieces of whole cache lines. Keeping a tile in cache instead fails for
+        // power-of-two row strides, whose rows all fall into the same few cache sets.
+        // Uninitialised: only the entries written by `Block::transpose_into` are read.
+        let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
+        let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
+        for col_start in (0..bands.cols).step_by(bands.tile_cols) {
+            let width = bands.tile_cols.min(bands.cols - col_start);
+            let first = source_base + row_start as isize * bands.row_stride;
+            let first = first + col_start as isize * bands.col_stride;
+            let block = Block {
+                // SAFETY: element (row_start, col_start) of the plane, which the tensor
+                // addresses (function contract).
+                first: unsafe { source.offset(first * N as isize) },
+                row_stride: bands.row_stride * N as isize,
+                col_stride: bands.col_stride,
+                height,
+                width,
+            };
+            // Output element of the block's (0, 0); its column `j` starts `j * out_stride_t`
+            // further.
+            let out_first = out_base + col_start * self.out_stride_t + row_start;
+            // SAFETY: the block's elements are elements the tensor addresses; its output
+            // columns are runs of dim 0 in this plane, inside `out`, written by this task
+            // alone (planes and row bands partition the output).
+            unsafe { self.write_block::<N>(bands, &block, tile, out.add(out_first * N)) };
+        }
+        if bands.stream {
+            // Non-temporal stores are weakly ordered: make them visible before the task
+            // counts as done (and the buffer may be read, here or on another thread).
+            store_fence();
+        }
+    }
+
+    /// Writes `block` to the output from `out_first` (its element (0, 0)), column `j` of the
+    /// block `out_stride_t` elements after column `j - 1`: transposed straight there for small
+    /// outputs, else through `tile`.
+    ///
+    /// # Safety
+    /// Every element of the block must be readable; the block's output columns (`height`
+    /// elements each) must be writable and written by no one else meanwhile; `tile` must hold
+    /// `tile_cols` columns of `tile_rows` elements, the block at most `tile_rows` × `tile_cols`.
+    unsafe fn write_block<const N: usize>(
+        &self,
+        bands: &Bands,
+        block: &Block,
+        tile: *mut MaybeUninit<[u8; N]>,
+        out_first: *mut u8,
+    ) {
+        if bands.direct {
+            // SAFETY: the block is readable, and its element (i, j) goes to output element
+            // `j * out_stride_t + i` from `out_first` (function contract).
+            unsafe {
+                block.transpose_into::<N>(
+                    out_first.cast::<MaybeUninit<[u8; N]>>(),
+                    self.out_stride_t,
+                )
+            };
+            return;
+        }
+        // SAFETY: the block is readable and fits in `tile` (function contract).
+        unsafe { block.transpose_into::<N>(tile, bands.tile_rows) };
+        for col in 0..block.width {
+            // SAFETY: column `col` of the tile holds `height` elements written just above;
+            // the output column is writable (function contract).
+            unsafe {
+                write_run(
+                    out_first.add(col * self.out_stride_t * N),
+                    tile.add(col * bands.tile_rows).cast::<u8>(),
+                    block.height * N,
+                    bands.stream,
+                )
+            };
+        }
+    }
+}
+
+impl StridedCopy for Tiles<'_> {
+    unsafe fn copy<const N: usize>(&self, source: *const u8, out: &mut [u8]) {
+        let bands = self.bands::<N>(out.len());
+        let planes = out.len() / N / (bands.rows * bands.cols);
         // Addresses, not pointers, so that the closure may be shared with rayon's threads.
         let (source_address, out_address) = (source as usize, out.as_mut_ptr() as usize);
-        // A task is a band of `tile_rows` rows across all columns: the source is read as
-        // `tile_rows` streams of whole rows, which the hardware prefetchers follow, and each
-        // output column receives a `tile_rows`-element piece per band. (Walking a column strip down all rows
-        // instead reads a few lines per row, each a fresh cache miss.)
         let copy_task = |task: usize| {
-            let (plane, band) = (task / bands, task % bands);
-            let (source_base, out_base) = self.plane_start(plane);
-            let source = source_address as *const u8;
-            let out = out_address as *mut u8;
-            let (row_start, row_end) = (band * tile_rows, ((band + 1) * tile_rows).min(rows));
-            let height = row_end - row_start;
-            // The tile goes through a small local buffer, column-major: rows are read along
-            // the source's fast dimension and columns written along the output's, each in
-            // pieces of whole cache lines. Keeping a tile in cache instead fails for
-            // power-of-two row strides, whose rows all fall into the same few cache sets.
-            // Uninitialised: only the entries written by `Block::transpose_into` are read.
-            let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
-            let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
-            for col_start in (0..cols).step_by(tile_cols) {
-                let width = tile_cols.min(cols - col_start);
-                let first = source_base + row_start as isize * row_stride;
-                let first = first + col_start as isize * col_stride;
-                let block = Block {
-                    // SAFETY: element (row_start, col_start) of the plane, which the tensor
-                    // addresses (function contract).
-                    first: unsafe { source.offset(first * N as isize) },
-                    row_stride: row_stride * N as isize,
-                    col_stride,
-                    height,
-                    width,
-                };
-                if direct {
-                    let out_first = out_base + col_start * self.out_stride_t + row_start;
-                    // SAFETY: the block's elements are elements the tensor addresses. Its
-                    // element (i, j) goes to output element `out_first + j * out_stride_t + i`,
-                    // a run of dim 0 in column `col_start + j` of this plane, inside `out`,
-                    // written by this task alone (as below).
-                    unsafe {
-                        block.transpose_into::<N>(
-                            out.add(out_first * N).cast::<MaybeUninit<[u8; N]>>(),
-                            self.out_stride_t,
-                        )
-                    };
-                    continue;
-                }
-                // SAFETY: the block's elements are elements the tensor addresses; `tile`
-                // holds `tile_cols` columns of `tile_rows` elements (asserted above), and the
-                // block is at most `tile_rows` × `tile_cols`.
-                unsafe { block.transpose_into::<N>(tile, tile_rows) };
-                for col in 0..width {
-                    let out_first = out_base + (col_start + col) * self.out_stride_t + row_start;
-                    // SAFETY: column `col` of the tile holds `height` elements written just
-                    // above. Output elements `out_first..out_first + height` are a run of
-                    // dim 0 in this plane and column: every task writes its own (planes and
-                    // row bands partition the output), all inside `out`.
-                    unsafe {
-                        write_run(
-                            out.add(out_first * N),
-                            tile.add(col * tile_rows).cast::<u8>(),
-                            height * N,
-                            stream,
-                        )
-                    };
-                }
-            }
-            if stream {
-                // Non-temporal stores are weakly ordered: make them visible before the task
-                // counts as done (and the buffer may be read, here or on another thread).
-                store_fence();
+            // SAFETY: the tensor's source and output (function contract); planes and row
+            // bands partition the output, one task per band.
+            unsafe {
+                self.copy_band::<N>(
+                    &bands,
+                    task,
+                    source_address as *const u8,
+                    out_address as *mut u8,
+                )
             }
         };
-        let tasks = planes * bands;
+        let tasks = planes * bands.per_plane;
         if out.len() < PARALLEL_THRESHOLD {
             (0..tasks).for_each(copy_task);
         } else {
-            let task_bytes = tile_rows * cols * N;
+            let task_bytes = bands.tile_rows * bands.cols * N;
             let min_tasks = (PARALLEL_THRESHOLD / task_bytes).max(1);
             (0..tasks)
                 .into_par_iter()

@@ -142,38 +142,50 @@ impl TensorDescriptor {
         described.is_copied = flags.contains(DlpackFlags::IS_COPIED);
         described.version = version;
         if ndim > 0 {
-            // SAFETY: non-null (checked above) and, by this function's contract, `ndim`
-            // readable values.
-            let shape = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
-            described
-                .shape
-                .extend_from_slice(shape)
-                .expect("ndim checked");
-            if tensor.strides.is_null() {
-                if let Some(v) = version.filter(|v| v.major == 1 && v.minor >= 2) {
-                    return Err(Error::MissingStrides {
-                        major: v.major,
-                        minor: v.minor,
-                        ndim,
-                    });
-                }
-                // A non-empty tensor whose strides do not fit has an element count that does
-                // not either: `check` refuses it.
-                described.strides = dense_strides(shape, true);
-            } else {
-                // SAFETY: non-null and, by this function's contract, `ndim` readable values.
-                let strides = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
-                described
-                    .strides
-                    .extend_from_slice(strides)
-                    .expect("ndim checked");
-            }
+            // SAFETY: the shape is non-null (checked above); the rest is this function's
+            // contract.
+            unsafe { described.read_dims(tensor, ndim, version) }?;
         }
         described.first_element = usize::try_from(tensor.byte_offset)
             .ok()
             .and_then(|offset| (tensor.data as usize).checked_add(offset))
             .ok_or_else(|| extent_overflow(&described.shape, &described.strides))?;
         described.check(tensor.data.is_null())
+    }
+
+    /// Reads the shape and strides of `tensor` (`ndim ≥ 1` of them) into the empty lists;
+    /// strides absent are row-major's, which DLPack 1.2 and later forbid.
+    ///
+    /// # Safety
+    /// `tensor.shape` non-null, and as [`Self::validate`].
+    unsafe fn read_dims(
+        &mut self,
+        tensor: &DLTensor,
+        ndim: usize,
+        version: Option<DLPackVersion>,
+    ) -> Result<()> {
+        // SAFETY: non-null and, by this function's contract, `ndim` readable values.
+        let shape = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
+        self.shape.extend_from_slice(shape).expect("ndim checked");
+        if tensor.strides.is_null() {
+            if let Some(v) = version.filter(|v| v.major == 1 && v.minor >= 2) {
+                return Err(Error::MissingStrides {
+                    major: v.major,
+                    minor: v.minor,
+                    ndim,
+                });
+            }
+            // A non-empty tensor whose strides do not fit has an element count that does
+            // not either: `check` refuses it.
+            self.strides = dense_strides(shape, true);
+        } else {
+            // SAFETY: non-null and, by this function's contract, `ndim` readable values.
+            let strides = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
+            self.strides
+                .extend_from_slice(strides)
+                .expect("ndim checked");
+        }
+        Ok(())
     }
 
     /// Describes a Julia array for export: column-major dims and strides in elements, as

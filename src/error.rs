@@ -4,6 +4,7 @@
 //! them, and carry the [`ErrorKind`] across the C boundary as a number — code never parses the
 //! text.
 
+use crate::layout::CopyReason;
 use dlpark::ffi::{DLDataType, DLDevice};
 
 /// What kind of failure an [`Error`] is: decided here, once ([`Error::kind`]), and mapped by
@@ -119,7 +120,7 @@ pub enum Error {
     CopyRequired {
         shape: Vec<i64>,
         strides: Vec<i64>,
-        reason: &'static str,
+        reason: CopyReason,
     },
 
     #[error(
@@ -141,7 +142,7 @@ pub enum Error {
         "a CUDA array would need a copy here ({reason}), and RsDLPack copies on the host only; \
          ask the producer for a contiguous tensor (e.g. t.contiguous()) or import into an Array"
     )]
-    DeviceCopyUnavailable { reason: &'static str },
+    DeviceCopyUnavailable { reason: CopyReason },
 
     #[error("the tensor's elements are {found}, not the requested {expected}")]
     TypeMismatch { expected: String, found: String },
@@ -388,7 +389,7 @@ mod tests {
                 Error::CopyRequired {
                     shape: vec![],
                     strides: vec![],
-                    reason: "",
+                    reason: CopyReason::NoNest,
                 },
                 BufferRefusal,
             ),
@@ -488,7 +489,12 @@ mod tests {
                 },
                 BufferRefusal,
             ),
-            (Error::DeviceCopyUnavailable { reason: "r" }, BufferRefusal),
+            (
+                Error::DeviceCopyUnavailable {
+                    reason: CopyReason::Misaligned,
+                },
+                BufferRefusal,
+            ),
             (
                 Error::TypeMismatch {
                     expected: "Float64".into(),

@@ -1,9 +1,39 @@
 //! The divisors of a 64-bit stride, for the least parent search ([`super::nest`]).
 //!
+//! The least divisor above a bound is first sought by a short scan ([`least_by_scan`]), which
+//! settles the slices and steps of real arrays without factoring anything.
 //! A stride is factored by trial division of its small primes, and whatever large cofactor
 //! remains by Miller–Rabin (deterministic for 64-bit values with the first twelve primes as
 //! bases) and Pollard's rho in Brent's form. Real strides are products of small extents and
 //! stop after a few divisions; hostile ones cost at most a few milliseconds.
+
+/// Candidates [`least_by_scan`] tries each way before it gives up.
+const SCAN_STEPS: u64 = 8;
+
+/// The least divisor of `n` that is at least `bound` (`1 ≤ bound ≤ n`), when a few divisions
+/// find it; `None` when they do not (factor `n` then).
+pub(crate) fn least_by_scan(n: u64, bound: u64) -> Option<u64> {
+    debug_assert!(1 <= bound && bound <= n);
+    // Every divisor below `n` is at most `n / 2`.
+    if bound > n / 2 {
+        return Some(n);
+    }
+    // A divisor `d ≥ bound` has the cofactor `n / d ≤ most`; the least has the largest. Scanning
+    // divisors up from `bound` and cofactors down from `most` in turn, the first hit either way
+    // is the least divisor.
+    let most = n / bound;
+    for i in 0..SCAN_STEPS.min(most - 1) {
+        let (up, down) = (bound + i, most - i);
+        if n.is_multiple_of(up) {
+            return Some(up);
+        }
+        if n.is_multiple_of(down) {
+            return Some(n / down);
+        }
+    }
+    // Every cofactor from `most` down to 2 failed: only `n` itself is left.
+    (most - 1 <= SCAN_STEPS).then_some(n)
+}
 
 /// A prime factor and its exponent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -267,6 +297,34 @@ mod tests {
             }
         }
         assert_eq!(factors(360), [(2, 3), (3, 2), (5, 1)]);
+    }
+
+    #[test]
+    fn the_scan_finds_the_least_divisor_or_declines() {
+        fn least(n: u64, bound: u64) -> u64 {
+            (bound..=n).find(|d| n.is_multiple_of(*d)).unwrap()
+        }
+        let (mut settled, mut declined) = (0, 0);
+        for n in 1..=3000u64 {
+            for bound in 1..=n {
+                match least_by_scan(n, bound) {
+                    Some(d) => {
+                        assert_eq!(d, least(n, bound), "least_by_scan({n}, {bound})");
+                        settled += 1;
+                    }
+                    None => declined += 1,
+                }
+            }
+        }
+        assert!(
+            settled > 10 * declined,
+            "{settled} settled, {declined} declined"
+        );
+        // Large values: a bound above half, and a half and a third of the value.
+        let big = 6 * 1_000_000_007u64;
+        assert_eq!(least_by_scan(big, big / 2 + 1), Some(big));
+        assert_eq!(least_by_scan(big, big / 2 - 5), Some(big / 2));
+        assert_eq!(least_by_scan(big, big / 3 - 1), Some(big / 3));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 use std::collections::HashSet;
 
+use super::CopyReason;
 use super::nest::Link;
 
 /// Beyond this, divisors are not enumerated (trial division would take too long); only the
@@ -23,7 +24,7 @@ const DIVISOR_SEARCH_LIMIT: u64 = 1 << 40;
 const WORK_BUDGET: u64 = 20_000_000;
 
 /// Why no parent was found.
-use super::nest::NO_NEST;
+const NO_NEST: &str = CopyReason::NoNest.message();
 pub(crate) const OVER_BUDGET: &str = "the strides are too irregular to plan a view quickly";
 
 /// Parent strides for `links` (sorted by stride), or why no dense parent holds them.

@@ -7,7 +7,7 @@
 //! (scripts/check_mirrors.py), and Julia checks the size again when it loads the library.
 //! Julia indices are already 1-based here, so the glue only passes numbers on.
 
-use super::{DimRange, LayoutPlan, ViewPlan};
+use super::{Decision, DimRange, LayoutPlan, ViewPlan};
 use crate::descriptor::TensorDescriptor;
 use crate::dims::MAX_NDIM;
 use std::ffi::c_void;
@@ -93,21 +93,17 @@ impl ArrayPlan {
         }
     }
 
-    /// The readable form of this plan of `descriptor` (`reason`: why a copy, for copies).
-    pub(crate) fn readable(
-        &self,
-        descriptor: &TensorDescriptor,
-        reason: &'static str,
-    ) -> LayoutPlan {
+    /// The readable form of this plan of `descriptor`, as `decision` (which wrote it) says.
+    pub(crate) fn readable(&self, descriptor: &TensorDescriptor, decision: Decision) -> LayoutPlan {
         let n = self.ndims as usize;
         let dims = || self.dims[..n].iter().map(|&d| d as usize).collect();
-        match self.plan_kind() {
-            PlanKind::Empty => LayoutPlan::Empty { dims: dims() },
-            PlanKind::Copy => LayoutPlan::Copy {
+        match decision {
+            Decision::Empty => LayoutPlan::Empty { dims: dims() },
+            Decision::Copy { reason } => LayoutPlan::Copy {
                 dims: dims(),
                 reason,
             },
-            PlanKind::View => LayoutPlan::View(ViewPlan {
+            Decision::View => LayoutPlan::View(ViewPlan {
                 parent_byte_offset: self.parent_address.wrapping_sub(descriptor.first_element())
                     as isize,
                 parent_dims: self.parent_dims[..n].iter().map(|&d| d as usize).collect(),

@@ -36,16 +36,16 @@
 //! answer once, into the caller's [`ArrayPlan`] ([`decide`]); [`LayoutPlan`] is the same answer
 //! in readable form.
 
-mod decide;
 mod divisors;
 #[cfg(test)]
 mod exhaustive;
 mod flat;
 mod nest;
+mod planner;
 mod target;
 
-pub use decide::Decision;
 pub use flat::{ArrayPlan, PlanKind};
+pub use planner::Decision;
 pub use target::{ArrayRequest, Target, decide, plan_for};
 
 use crate::descriptor::TensorDescriptor;
@@ -170,15 +170,52 @@ pub enum LayoutPlan {
     /// Copy into a fresh column-major array of these dims (see [`crate::copy`]).
     Copy {
         dims: DimVec<usize>,
-        reason: &'static str,
+        reason: CopyReason,
     },
 }
 
-/// Why a view needs a copy because its parent would be too large for Julia to wrap.
-const PARENT_TOO_LARGE: &str = "the view's parent array would exceed isize::MAX bytes";
+/// Why a tensor is copied rather than viewed (or, where no copy may be made, why it is
+/// refused: [`crate::Error::CopyRequired`] and [`crate::Error::DeviceCopyUnavailable`] name it). Its
+/// `Display` is the message people read; code matches on the variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CopyReason {
+    /// The caller asked for a copy (`copy=true`).
+    Requested,
+    /// A zero stride repeats elements (a broadcast).
+    ZeroStride,
+    /// The strides overlap or do not nest into one dense parent.
+    NoNest,
+    /// The view's parent would exceed `isize::MAX` bytes.
+    ParentTooLarge,
+    /// The data is not aligned for the element type.
+    Misaligned,
+    /// A typed request needs a plain dense array, and the view is not one.
+    NotDense,
+}
 
-/// Why a view needs a copy because the data is not aligned for the element type.
-pub const MISALIGNED: &str = "misaligned: the data is not aligned for the element type";
+impl CopyReason {
+    /// The message, as [`std::fmt::Display`] writes it.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::Requested => "a copy was requested",
+            Self::ZeroStride => "a zero stride repeats elements",
+            Self::NoNest => "the strides overlap or do not nest into one array",
+            Self::ParentTooLarge => "the view's parent array would exceed isize::MAX bytes",
+            Self::Misaligned => "misaligned: the data is not aligned for the element type",
+            Self::NotDense => "the typed form needs a dense array in the requested index order",
+        }
+    }
+}
+
+impl std::fmt::Display for CopyReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+/// Why a view needs a copy because the data is not aligned for the element type (the name
+/// callers matched before [`CopyReason`]).
+pub const MISALIGNED: CopyReason = CopyReason::Misaligned;
 
 /// Decides how `descriptor` becomes a Julia array, in readable form (the bridges use
 /// [`decide`], which writes the same decision straight into an [`ArrayPlan`]).
@@ -188,8 +225,8 @@ pub fn plan(
     policy: CopyPolicy,
 ) -> Result<LayoutPlan> {
     let mut flat = ArrayPlan::zeroed();
-    let decision = decide::plan_into(descriptor, order, policy, &mut flat)?;
-    Ok(flat.readable(descriptor, decision.reason()))
+    let decision = planner::plan_into(descriptor, order, policy, &mut flat)?;
+    Ok(flat.readable(descriptor, decision))
 }
 
 /// Shape and strides in result order (for the copy engine and error messages).

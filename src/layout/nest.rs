@@ -27,6 +27,7 @@
 //! Every product and sum is checked: an overflow means no parent fits in 64 bits, which the
 //! caller reports as "copy needed".
 
+use super::CopyReason;
 use super::divisors::{self, Exponents, MAX_PRIMES, PrimePower};
 use crate::dims::MAX_NDIM;
 
@@ -37,17 +38,14 @@ pub(crate) struct Link {
     pub stride: u64,
 }
 
-/// Why no parent was found.
-pub(crate) const NO_NEST: &str = "the strides overlap or do not nest into one array";
-
 /// Writes the parent strides for `links` (sorted by stride) into `out` (one per link), or
-/// says why no dense parent holds them (`out` then holds no meaning).
-pub(crate) fn nest(links: &[Link], out: &mut [u64]) -> Result<(), &'static str> {
+/// says that no dense parent holds them (`out` then holds no meaning).
+pub(crate) fn nest(links: &[Link], out: &mut [u64]) -> Result<(), CopyReason> {
     debug_assert_eq!(links.len(), out.len());
     if tight_chain(links, out).is_some() {
         return Ok(());
     }
-    gcd_chain(links, out).ok_or(NO_NEST)?;
+    gcd_chain(links, out).ok_or(CopyReason::NoNest)?;
     lower_the_last_stride(links, out);
     Ok(())
 }
@@ -89,16 +87,14 @@ fn gcd_chain(links: &[Link], out: &mut [u64]) -> Option<()> {
     Some(())
 }
 
-/// Divisor lattices up to this size are searched in stack arrays; larger ones on the heap.
-const STACK_DIVISORS: usize = 64;
-
 /// Replaces the gcd chain in `out` (whose last stride is the last link's) by the chain with
 /// the least last stride (see the module docs).
 ///
 /// `P_last` is a divisor of the last stride at least `1 + Σ (nⱼ - 1)·sⱼ` over the other links:
 /// the least such divisor is a lower bound, reached at once when it is the stride itself (the
 /// gcd chain is then least) or when there are two links (`P₀ = 1` divides every divisor).
-/// Otherwise a [`Lattice`] search finds the least chain.
+/// A short scan finds that divisor for real strides; the rest factor the stride, and a
+/// [`Lattice`] search finds the least chain.
 fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
     let Some((last, faster)) = links.split_last() else {
         return;
@@ -108,6 +104,24 @@ fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
     }) else {
         return;
     };
+    if bound > last.stride {
+        return;
+    }
+    match divisors::least_by_scan(last.stride, bound) {
+        Some(lowest) if lowest == last.stride => {}
+        Some(lowest) if links.len() == 2 => (out[0], out[1]) = (1, lowest),
+        _ => lower_by_divisors(links, bound, out),
+    }
+}
+
+/// Divisor lattices up to this size are searched in stack arrays; larger ones on the heap.
+const STACK_DIVISORS: usize = 64;
+
+/// [`lower_the_last_stride`] over the last stride's factored divisors, for what the scan left
+/// open. Kept out of line: its stack arrays would otherwise burden every plan's frame.
+#[inline(never)]
+fn lower_by_divisors(links: &[Link], bound: u64, out: &mut [u64]) {
+    let last = links[links.len() - 1];
     let mut primes = [PrimePower::default(); MAX_PRIMES];
     let count = divisors::factor(last.stride, &mut primes);
     let primes = &primes[..count];
@@ -273,7 +287,7 @@ mod tests {
             .collect()
     }
 
-    fn nest(links: &[Link]) -> Result<Vec<u64>, &'static str> {
+    fn nest(links: &[Link]) -> Result<Vec<u64>, CopyReason> {
         let mut out = vec![0; links.len()];
         super::nest(links, &mut out).map(|()| out)
     }
@@ -329,7 +343,11 @@ mod tests {
 
     #[test]
     fn overlapping_and_non_nesting_strides_do_not() {
-        assert_eq!(nest(&links(&[(3, 1), (2, 2)])), Err(NO_NEST), "overlap");
+        assert_eq!(
+            nest(&links(&[(3, 1), (2, 2)])),
+            Err(CopyReason::NoNest),
+            "overlap"
+        );
         assert_eq!(
             nest(&links(&[(2, 2), (2, 3)])).unwrap(),
             [1, 3],
@@ -337,12 +355,12 @@ mod tests {
         );
         assert_eq!(
             nest(&links(&[(3, 2), (2, 3)])),
-            Err(NO_NEST),
+            Err(CopyReason::NoNest),
             "disjoint but interleaved: 0 2 4 / 3 5 7"
         );
         assert_eq!(
             nest(&links(&[(2, 1), (2, 1)])),
-            Err(NO_NEST),
+            Err(CopyReason::NoNest),
             "equal strides"
         );
     }
@@ -380,7 +398,7 @@ mod tests {
     fn extreme_values_fail_without_overflow() {
         assert_eq!(
             nest(&links(&[(u64::MAX, u64::MAX), (2, u64::MAX)])),
-            Err(NO_NEST)
+            Err(CopyReason::NoNest)
         );
         assert_eq!(nest(&links(&[(2, 1 << 63)])).unwrap(), [1]);
     }

@@ -6,8 +6,8 @@
 //! whether only a plain dense array will do. The bridges carry this request and the answer; they
 //! decide nothing themselves.
 
-use super::decide::{Decision, copy, plan_into};
-use super::{Access, ArrayPlan, CopyPolicy, IndexOrder, LayoutPlan};
+use super::planner::{Decision, copy, plan_into};
+use super::{Access, ArrayPlan, CopyPolicy, CopyReason, IndexOrder, LayoutPlan};
 use crate::descriptor::TensorDescriptor;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
@@ -55,9 +55,6 @@ impl ArrayRequest {
     }
 }
 
-/// Why a typed request wants a copy of a layout that has a view.
-const NOT_DENSE: &str = "the typed form needs a dense array in the requested index order";
-
 /// Decides how `descriptor` becomes the requested array, or why it cannot, and writes the
 /// whole answer into `out` (every field but the handle, which is left null, and the array
 /// entries past `ndims`, which keep whatever they held).
@@ -90,10 +87,10 @@ pub fn decide(
             return Err(Error::CopyRequired {
                 shape: shape.to_vec(),
                 strides: strides.to_vec(),
-                reason: NOT_DENSE,
+                reason: CopyReason::NotDense,
             });
         }
-        decision = copy(out, NOT_DENSE);
+        decision = copy(out, CopyReason::NotDense);
     }
     if let (Decision::Copy { reason }, Target::CudaArray) = (decision, request.target) {
         return Err(Error::DeviceCopyUnavailable { reason });
@@ -116,7 +113,7 @@ pub fn decide(
 pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result<LayoutPlan> {
     let mut flat = ArrayPlan::zeroed();
     let decision = decide(descriptor, request, &mut flat)?;
-    Ok(flat.readable(descriptor, decision.reason()))
+    Ok(flat.readable(descriptor, decision))
 }
 
 /// Refuses a tensor whose element type or rank differ from what the caller named.

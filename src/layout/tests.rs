@@ -146,6 +146,47 @@ fn broadcast_and_overlap_need_copies_and_say_why() {
 }
 
 #[test]
+fn copy_reasons_read_as_they_always_have_and_errors_name_them() {
+    let messages = [
+        (CopyReason::Requested, "a copy was requested"),
+        (CopyReason::ZeroStride, "a zero stride repeats elements"),
+        (
+            CopyReason::NoNest,
+            "the strides overlap or do not nest into one array",
+        ),
+        (
+            CopyReason::ParentTooLarge,
+            "the view's parent array would exceed isize::MAX bytes",
+        ),
+        (
+            CopyReason::Misaligned,
+            "misaligned: the data is not aligned for the element type",
+        ),
+        (
+            CopyReason::NotDense,
+            "the typed form needs a dense array in the requested index order",
+        ),
+    ];
+    for (reason, message) in messages {
+        assert_eq!(reason.to_string(), message);
+        let refused = Error::CopyRequired {
+            shape: vec![2],
+            strides: vec![0],
+            reason,
+        };
+        assert!(
+            refused.to_string().contains(&format!("({message})")),
+            "{refused}"
+        );
+        let on_device = Error::DeviceCopyUnavailable { reason };
+        assert!(
+            on_device.to_string().contains(&format!("({message})")),
+            "{on_device}"
+        );
+    }
+}
+
+#[test]
 fn empty_scalar_packed_and_forced_copies() {
     let empty = descriptor(&[0, 3], &[3, 1], ElementType::Float32);
     assert_eq!(
@@ -189,7 +230,7 @@ fn misaligned_data_is_a_copy_decision_not_a_validation_error() {
             panic!("a misaligned tensor must be copied, got {planned:?}")
         };
         assert_eq!(reason, MISALIGNED);
-        assert!(reason.starts_with("misaligned"), "{reason}");
+        assert!(reason.message().starts_with("misaligned"), "{reason}");
         let expected: Vec<usize> = match order {
             IndexOrder::Producer => vec![2, 3],
             IndexOrder::Reversed => vec![3, 2],

@@ -125,7 +125,7 @@ fn typed_requests_get_a_plain_array_or_a_copy() {
     let view = |d: &TensorDescriptor, r: &ArrayRequest| match plan_for(d, r) {
         Ok(LayoutPlan::View(v)) => v.is_whole_parent() && v.is_identity_permutation(),
         Ok(LayoutPlan::Copy { reason, .. }) => {
-            assert!(reason.contains("dense"), "{reason}");
+            assert!(reason.message().contains("dense"), "{reason}");
             false
         }
         other => panic!("{other:?}"),

@@ -9,7 +9,7 @@
 
 use super::flat::{ArrayPlan, PlanKind};
 use super::nest::{self, Link};
-use super::{CopyPolicy, IndexOrder, MISALIGNED, PARENT_TOO_LARGE};
+use super::{CopyPolicy, CopyReason, IndexOrder};
 use crate::descriptor::TensorDescriptor;
 use crate::dims::{DimVec, MAX_NDIM};
 use crate::dtype::ElementType;
@@ -23,24 +23,18 @@ pub enum Decision {
     /// No elements: allocate an empty array of `dims`, share nothing.
     Empty,
     /// Copy into a fresh column-major array of `dims`, for this reason.
-    Copy { reason: &'static str },
+    Copy { reason: CopyReason },
 }
 
 impl Decision {
-    /// Why a copy (empty for the other decisions).
-    pub fn reason(self) -> &'static str {
+    /// Why a copy (`None` for the other decisions).
+    pub fn reason(self) -> Option<CopyReason> {
         match self {
-            Self::Copy { reason } => reason,
-            _ => "",
+            Self::Copy { reason } => Some(reason),
+            _ => None,
         }
     }
 }
-
-/// Why a copy is made when one was asked for.
-pub(crate) const COPY_REQUESTED: &str = "a copy was requested";
-
-/// Why a view is impossible when a stride is zero.
-const ZERO_STRIDE: &str = "a zero stride repeats elements";
 
 /// Plans `descriptor` in `order` under `policy` into `out`: its kind, `ndims` and `dims`, and
 /// for a view the parent address, dims, ranges, permutation and the two `needs_*` flags
@@ -55,37 +49,16 @@ pub(crate) fn plan_into(
     out.needs_view = 0;
     out.needs_permutation = 0;
     if let ElementType::PackedBits { .. } = descriptor.element() {
-        // Validation guaranteed a compact layout: the data is one run of bytes.
-        let bytes = descriptor.dense_byte_size() as i64;
-        out.ndims = 1;
-        out.dims[0] = bytes;
-        if bytes == 0 {
-            // No element: nothing to share (the pointer may be anything, null included).
-            out.kind = PlanKind::Empty as u8;
-            return Ok(Decision::Empty);
-        }
-        if policy == CopyPolicy::Always {
-            return Ok(copy(out, COPY_REQUESTED));
-        }
-        out.kind = PlanKind::View as u8;
-        out.parent_address = descriptor.first_element();
-        (out.parent_dims[0], out.lengths[0]) = (bytes, bytes);
-        (out.starts[0], out.steps[0], out.permutation[0]) = (1, 1, 1);
-        return Ok(Decision::View);
+        return Ok(packed_into(descriptor, policy, out));
     }
-
     let ndim = descriptor.ndim();
     let (mut reversed_shape, mut reversed_strides) = (DimVec::new(), DimVec::new());
-    let (shape, strides) = match order {
-        IndexOrder::Producer => (descriptor.shape(), descriptor.strides()),
-        IndexOrder::Reversed => {
-            for k in (0..ndim).rev() {
-                reversed_shape.push(descriptor.shape()[k]);
-                reversed_strides.push(descriptor.strides()[k]);
-            }
-            (&reversed_shape[..], &reversed_strides[..])
-        }
-    };
+    let (shape, strides) = in_order(
+        descriptor,
+        order,
+        &mut reversed_shape,
+        &mut reversed_strides,
+    );
     out.ndims = ndim as i64;
     out.dims[..ndim].copy_from_slice(shape);
     if descriptor.element_count() == 0 {
@@ -93,46 +66,110 @@ pub(crate) fn plan_into(
         return Ok(Decision::Empty);
     }
     if policy == CopyPolicy::Always {
-        return Ok(copy(out, COPY_REQUESTED));
+        return Ok(copy(out, CopyReason::Requested));
     }
     // Every element is as misaligned as the first (strides count whole elements).
     if !descriptor.is_aligned() {
-        return match policy {
-            CopyPolicy::Never => Err(Error::Misaligned {
-                address: descriptor.first_element(),
-                align: descriptor.element().alignment(),
-                element: descriptor.element().julia_name(),
-            }),
-            _ => Ok(copy(out, MISALIGNED)),
-        };
+        return misaligned(descriptor, policy, out);
     }
-    let element_size = descriptor.element().size();
-    if dense_view_into(shape, strides, descriptor.first_element(), out) {
+    let first_element = descriptor.first_element();
+    if dense_view_into(shape, strides, first_element, out) {
         out.kind = PlanKind::View as u8;
         return Ok(Decision::View);
     }
     match view_into(
         shape,
         strides,
-        element_size,
-        descriptor.first_element(),
+        descriptor.element().size(),
+        first_element,
         out,
     ) {
         Ok(()) => {
             out.kind = PlanKind::View as u8;
             Ok(Decision::View)
         }
-        Err(reason) if policy == CopyPolicy::IfNeeded => Ok(copy(out, reason)),
-        Err(reason) => Err(Error::CopyRequired {
+        Err(reason) => copy_or_refuse(policy, shape, strides, reason, out),
+    }
+}
+
+/// The decision for misaligned data: a copy, or the error when none may be made.
+fn misaligned(
+    descriptor: &TensorDescriptor,
+    policy: CopyPolicy,
+    out: &mut ArrayPlan,
+) -> Result<Decision> {
+    match policy {
+        CopyPolicy::Never => Err(Error::Misaligned {
+            address: descriptor.first_element(),
+            align: descriptor.element().alignment(),
+            element: descriptor.element().julia_name(),
+        }),
+        _ => Ok(copy(out, CopyReason::Misaligned)),
+    }
+}
+
+/// The decision when no view exists, for `reason`: a copy, or the error when none may be made
+/// (`shape` and `strides` in result order, for its message).
+fn copy_or_refuse(
+    policy: CopyPolicy,
+    shape: &[i64],
+    strides: &[i64],
+    reason: CopyReason,
+    out: &mut ArrayPlan,
+) -> Result<Decision> {
+    match policy {
+        CopyPolicy::Never => Err(Error::CopyRequired {
             shape: shape.to_vec(),
             strides: strides.to_vec(),
             reason,
         }),
+        _ => Ok(copy(out, reason)),
     }
 }
 
+/// The descriptor's shape and strides in result order: its own slices in producer order, else
+/// reversed into `shape` and `strides` (empty lists, filled here).
+fn in_order<'a>(
+    descriptor: &'a TensorDescriptor,
+    order: IndexOrder,
+    shape: &'a mut DimVec<i64>,
+    strides: &'a mut DimVec<i64>,
+) -> (&'a [i64], &'a [i64]) {
+    match order {
+        IndexOrder::Producer => (descriptor.shape(), descriptor.strides()),
+        IndexOrder::Reversed => {
+            for k in (0..descriptor.ndim()).rev() {
+                shape.push(descriptor.shape()[k]);
+                strides.push(descriptor.strides()[k]);
+            }
+            (&shape[..], &strides[..])
+        }
+    }
+}
+
+/// The plan of a packed sub-byte tensor: one run of bytes, which validation guaranteed (its
+/// layout is compact), viewed as a byte vector.
+fn packed_into(descriptor: &TensorDescriptor, policy: CopyPolicy, out: &mut ArrayPlan) -> Decision {
+    let bytes = descriptor.dense_byte_size() as i64;
+    out.ndims = 1;
+    out.dims[0] = bytes;
+    if bytes == 0 {
+        // No element: nothing to share (the pointer may be anything, null included).
+        out.kind = PlanKind::Empty as u8;
+        return Decision::Empty;
+    }
+    if policy == CopyPolicy::Always {
+        return copy(out, CopyReason::Requested);
+    }
+    out.kind = PlanKind::View as u8;
+    out.parent_address = descriptor.first_element();
+    (out.parent_dims[0], out.lengths[0]) = (bytes, bytes);
+    (out.starts[0], out.steps[0], out.permutation[0]) = (1, 1, 1);
+    Decision::View
+}
+
 /// Turns `out` into a copy plan (its dims are already the result's).
-pub(crate) fn copy(out: &mut ArrayPlan, reason: &'static str) -> Decision {
+pub(crate) fn copy(out: &mut ArrayPlan, reason: CopyReason) -> Decision {
     out.kind = PlanKind::Copy as u8;
     out.parent_address = 0;
     out.needs_view = 0;
@@ -236,22 +273,47 @@ fn view_into(
     element_size: usize,
     first_element: usize,
     out: &mut ArrayPlan,
-) -> std::result::Result<(), &'static str> {
-    let ndim = shape.len();
-    // Dimensions of length ≥ 2 decide the layout; the stride of a length-1 dimension is never
-    // used to address anything, so it may be any value. They are ranked by |stride|, ties by
-    // position.
+) -> std::result::Result<(), CopyReason> {
     let mut varying = [0u8; MAX_NDIM];
     let mut links = [Link::default(); MAX_NDIM];
+    let count = rank_varying(shape, strides, &mut varying, &mut links)?;
+    let (varying, links) = (&varying[..count], &links[..count]);
+    let mut parent_strides = [0u64; MAX_NDIM];
+    let parent_strides = &mut parent_strides[..count];
+    nest::nest(links, parent_strides)?;
+    let parent = Parent::new(links, parent_strides, element_size)?;
+    let mut rank_of = [CONSTANT; MAX_NDIM];
+    for (r, &k) in varying.iter().enumerate() {
+        rank_of[usize::from(k)] = r as u8;
+    }
+    let mut slots = ParentOrder::new(&rank_of[..shape.len()], count);
+    let offset_elements = write_view(shape, strides, &parent, &rank_of, &mut slots, out);
+    out.parent_address = first_element.wrapping_add_signed(offset_elements * element_size as isize);
+    Ok(())
+}
+
+/// `rank_of[k]` of a dimension of length 1, which no stride orders.
+const CONSTANT: u8 = u8::MAX;
+
+/// Writes the dims of length ≥ 2 (by position) and their links into `varying` and `links`,
+/// ranked by |stride|, ties by position, and returns how many; a zero stride among them means
+/// no view. The others decide nothing: the stride of a length-1 dimension never addresses
+/// anything, so it may be any value.
+fn rank_varying(
+    shape: &[i64],
+    strides: &[i64],
+    varying: &mut [u8; MAX_NDIM],
+    links: &mut [Link; MAX_NDIM],
+) -> std::result::Result<usize, CopyReason> {
     let mut count = 0;
     let (mut ascending, mut descending) = (true, true);
     let mut previous = 0u64;
-    for k in 0..ndim {
+    for k in 0..shape.len() {
         if shape[k] < 2 {
             continue;
         }
         if strides[k] == 0 {
-            return Err(ZERO_STRIDE);
+            return Err(CopyReason::ZeroStride);
         }
         let stride = strides[k].unsigned_abs();
         if count > 0 {
@@ -274,74 +336,135 @@ fn view_into(
     } else if !ascending {
         rank_by_stride(varying, links);
     }
-    let (varying, links) = (&*varying, &*links);
-    let mut parent_strides = [0u64; MAX_NDIM];
-    let parent_strides = &mut parent_strides[..count];
-    nest::nest(links, parent_strides)?;
-    let parent_strides = &*parent_strides;
+    Ok(count)
+}
 
-    // Parent dims by rank; the parent's element count bounds every quantity derived below.
-    const CONSTANT: u8 = u8::MAX;
-    let mut rank_of = [CONSTANT; MAX_NDIM];
-    // The parent dim of rank r is P[r+1] / P[r], but the last one's is its own reach.
-    let mut last_dim = 1;
-    if let Some(last) = links.last() {
-        last_dim = (last.len - 1)
-            .checked_mul(last.stride / parent_strides[count - 1])
-            .and_then(|reach| reach.checked_add(1))
-            .ok_or(PARENT_TOO_LARGE)?;
-    }
-    let parent_dim = |r: usize| match parent_strides.get(r + 1) {
-        Some(&next) => exact_quotient(next, parent_strides[r], links[r].len),
-        None => last_dim,
-    };
-    // The parent's element count is its last stride times its last dim.
-    let parent_elements = parent_strides
-        .last()
-        .map_or(Some(1), |&stride| stride.checked_mul(last_dim))
-        .ok_or(PARENT_TOO_LARGE)?;
-    for (r, &k) in varying.iter().enumerate() {
-        rank_of[usize::from(k)] = r as u8;
-    }
-    let fits = parent_elements
-        .checked_mul(element_size as u64)
-        .is_some_and(|bytes| bytes <= isize::MAX as u64);
-    if !fits {
-        return Err(PARENT_TOO_LARGE);
+/// The parent the varying dims nest in, by rank: its strides, and its last dim, which is the
+/// last link's own reach (the others' are quotients of the strides).
+struct Parent<'a> {
+    links: &'a [Link],
+    strides: &'a [u64],
+    last_dim: u64,
+}
+
+impl<'a> Parent<'a> {
+    /// The parent of `links` with `strides`, or why Julia cannot wrap it: its element count
+    /// (its last stride times its last dim) must fit in `isize::MAX` bytes, which then bounds
+    /// every quantity derived from it.
+    fn new(
+        links: &'a [Link],
+        strides: &'a [u64],
+        element_size: usize,
+    ) -> std::result::Result<Self, CopyReason> {
+        let mut last_dim = 1;
+        if let (Some(last), Some(&last_stride)) = (links.last(), strides.last()) {
+            last_dim = (last.len - 1)
+                .checked_mul(last.stride / last_stride)
+                .and_then(|reach| reach.checked_add(1))
+                .ok_or(CopyReason::ParentTooLarge)?;
+        }
+        let elements = strides
+            .last()
+            .map_or(Some(1), |&stride| stride.checked_mul(last_dim))
+            .ok_or(CopyReason::ParentTooLarge)?;
+        let fits = elements
+            .checked_mul(element_size as u64)
+            .is_some_and(|bytes| bytes <= isize::MAX as u64);
+        if !fits {
+            return Err(CopyReason::ParentTooLarge);
+        }
+        Ok(Self {
+            links,
+            strides,
+            last_dim,
+        })
     }
 
-    // Parent order: the varying dims by rank, each length-1 dim placed right after the varying
-    // dim that precedes it in result order (so F-order stays identity). Its group is 0 before
-    // any varying dim, else 1 + the rank of that dim; counting the length-1 dims per group
-    // gives every position in one pass.
-    let mut group = [0u8; MAX_NDIM];
-    let mut constant_in = [0u8; MAX_NDIM + 1];
-    let mut current = 0u8;
-    for k in 0..ndim {
-        if rank_of[k] == CONSTANT {
-            group[k] = current;
-            constant_in[usize::from(current)] += 1;
-        } else {
-            current = rank_of[k] + 1;
+    /// The parent dim of rank `r`: `P[r+1] / P[r]`, the last one its own reach.
+    fn dim(&self, r: usize) -> u64 {
+        match self.strides.get(r + 1) {
+            Some(&next) => exact_quotient(next, self.strides[r], self.links[r].len),
+            None => self.last_dim,
         }
     }
-    // `constant_before[g]`: length-1 dims in groups below `g`.
-    let mut constant_before = [0u8; MAX_NDIM + 2];
-    let mut running = 0u8;
-    for g in 0..=count {
-        running += constant_in[g];
-        constant_before[g + 1] = running;
-    }
-    let mut placed_in = [0u8; MAX_NDIM + 1];
 
-    // Below, `parent_elements` ≤ isize::MAX: no step, start or offset can overflow.
+    /// The step of rank `r` in its parent dim.
+    fn step(&self, r: usize) -> usize {
+        exact_quotient(self.links[r].stride, self.strides[r], 1) as usize
+    }
+}
+
+/// Where each dim goes in the parent: the varying dims by rank, each length-1 dim right after
+/// the varying dim that precedes it in result order (so F-order stays identity). A length-1
+/// dim's group is 0 before any varying dim, else 1 + the rank of that dim; counting the
+/// length-1 dims per group gives every position in one pass.
+struct ParentOrder {
+    group: [u8; MAX_NDIM],
+    /// `constant_before[g]`: length-1 dims in groups below `g`.
+    constant_before: [u8; MAX_NDIM + 2],
+    /// Length-1 dims placed so far, per group.
+    placed_in: [u8; MAX_NDIM + 1],
+}
+
+impl ParentOrder {
+    /// The order for `rank_of` (one entry per dim) with `count` varying dims.
+    fn new(rank_of: &[u8], count: usize) -> Self {
+        // Written in place: byte stores into local arrays copied out whole afterwards stall
+        // the wide loads of the copy.
+        let mut order = Self {
+            group: [0; MAX_NDIM],
+            constant_before: [0; MAX_NDIM + 2],
+            placed_in: [0; MAX_NDIM + 1],
+        };
+        let mut constant_in = [0u8; MAX_NDIM + 1];
+        let mut current = 0u8;
+        for (k, &rank) in rank_of.iter().enumerate() {
+            if rank == CONSTANT {
+                order.group[k] = current;
+                constant_in[usize::from(current)] += 1;
+            } else {
+                current = rank + 1;
+            }
+        }
+        let mut running = 0u8;
+        for (g, &constant) in constant_in[..=count].iter().enumerate() {
+            running += constant;
+            order.constant_before[g + 1] = running;
+        }
+        order
+    }
+
+    /// The parent position of the varying dim of rank `r`.
+    fn varying(&self, r: usize) -> usize {
+        r + usize::from(self.constant_before[r + 1])
+    }
+
+    /// The parent position of length-1 dim `k`, the next one of its group.
+    fn next_constant(&mut self, k: usize) -> usize {
+        let g = usize::from(self.group[k]);
+        let p = g + usize::from(self.constant_before[g] + self.placed_in[g]);
+        self.placed_in[g] += 1;
+        p
+    }
+}
+
+/// Writes the parent dims, ranges and permutation of the view, and its two `needs_*` flags;
+/// returns the elements from the tensor's first element to the parent's (≤ 0: a negative
+/// stride puts the parent's start below the first element by that dim's reach).
+fn write_view(
+    shape: &[i64],
+    strides: &[i64],
+    parent: &Parent,
+    rank_of: &[u8; MAX_NDIM],
+    slots: &mut ParentOrder,
+    out: &mut ArrayPlan,
+) -> isize {
+    // The parent's element count bounds every step, start and offset: no overflow below.
     let mut offset_elements: isize = 0;
     let (mut needs_view, mut needs_permutation) = (false, false);
-    for k in 0..ndim {
+    for k in 0..shape.len() {
         let p = if rank_of[k] == CONSTANT {
-            let g = usize::from(group[k]);
-            let p = g + usize::from(constant_before[g] + placed_in[g]);
-            placed_in[g] += 1;
+            let p = slots.next_constant(k);
             (
                 out.parent_dims[p],
                 out.starts[p],
@@ -351,16 +474,16 @@ fn view_into(
             p
         } else {
             let r = usize::from(rank_of[k]);
-            let p = r + usize::from(constant_before[r + 1]);
+            let p = slots.varying(r);
             let len = shape[k] as usize;
-            let step = exact_quotient(links[r].stride, parent_strides[r], 1) as usize;
+            let step = parent.step(r);
             let (start, signed_step) = if strides[k] > 0 {
                 (1, step as isize)
             } else {
-                offset_elements -= ((len - 1) * links[r].stride as usize) as isize;
+                offset_elements -= ((len - 1) * parent.links[r].stride as usize) as isize;
                 ((len - 1) * step + 1, -(step as isize))
             };
-            let parent_dim = parent_dim(r) as i64;
+            let parent_dim = parent.dim(r) as i64;
             needs_view |= start != 1 || signed_step != 1 || len as i64 != parent_dim;
             out.parent_dims[p] = parent_dim;
             out.starts[p] = start as i64;
@@ -371,10 +494,9 @@ fn view_into(
         out.permutation[k] = p as i64 + 1;
         needs_permutation |= p != k;
     }
-    out.parent_address = first_element.wrapping_add_signed(offset_elements * element_size as isize);
     out.needs_view = u8::from(needs_view);
     out.needs_permutation = u8::from(needs_permutation);
-    Ok(())
+    offset_elements
 }
 
 #[cfg(test)]
