@@ -59,14 +59,18 @@ def flags(x):
     with torch._C.DisableTorchFunctionSubclass():
         return (bool(x.requires_grad), bool(x.is_conj()), bool(x.is_neg()))
 
-NATIVE = (('torch_cpu', '_ZN2at4_ops7is_conj4callERKNS_6TensorE'),
-          ('torch_cpu', '_ZN2at4_ops6is_neg4callERKNS_6TensorE'),
-          ('c10', '_ZNK3c1010TensorImpl13requires_gradEv'))
+# Per function, where to find it, by preference: at::native's kernels answer as the Python
+# bindings do (Tensor::is_conj inline) without the dispatcher; at::_ops's go through it.
+NATIVE = ((('torch_cpu', '_ZN2at6native7is_conjERKNS_6TensorE'),
+           ('torch_cpu', '_ZN2at4_ops7is_conj4callERKNS_6TensorE')),
+          (('torch_cpu', '_ZN2at6native6is_negERKNS_6TensorE'),
+           ('torch_cpu', '_ZN2at4_ops6is_neg4callERKNS_6TensorE')),
+          (('c10', '_ZNK3c1010TensorImpl13requires_gradEv'),))
 
 def native_flags():
-    # The addresses of at::_ops::is_conj::call, at::_ops::is_neg::call and
-    # c10::TensorImpl::requires_grad in the libraries this torch loaded, the size of a tensor
-    # object, and tensors to check them on, each with torch's own answers.
+    # The addresses of is_conj, is_neg (see NATIVE) and c10::TensorImpl::requires_grad in the
+    # libraries this torch loaded, the size of a tensor object, and tensors to check them on,
+    # each with torch's own answers.
     import ctypes, os, torch
     lib = os.path.join(os.path.dirname(torch.__file__), 'lib')
     def load(name):
@@ -74,8 +78,13 @@ def native_flags():
             if os.path.exists(os.path.join(lib, file)):
                 return ctypes.CDLL(os.path.join(lib, file))
         raise OSError('no lib' + name)
-    addresses = [ctypes.cast(getattr(load(library), symbol), ctypes.c_void_p).value
-                 for library, symbol in NATIVE]
+    def address(candidates):
+        for library, symbol in candidates:
+            found = getattr(load(library), symbol, None)
+            if found is not None:
+                return ctypes.cast(found, ctypes.c_void_p).value
+        raise OSError('none of ' + repr(candidates))
+    addresses = [address(candidates) for candidates in NATIVE]
     z = torch.tensor([1 + 2j, 3 - 4j])
     leaf = torch.ones(2, 3, requires_grad=True)
     probes = [torch.ones(3), z, z.conj(), z.conj().imag, z.conj().imag[::2], torch.ones(2, 3).t(),
@@ -128,7 +137,8 @@ type ImplFlag = unsafe extern "C" fn(*mut c_void) -> bool;
 
 /// torch's own answers to `requires_grad`, `is_conj()` and `is_neg()`, without their Python
 /// bindings (whose `is_conj` and `is_neg` release and retake the GIL on every call):
-/// `c10::TensorImpl::requires_grad`, `at::_ops::is_conj::call` and `at::_ops::is_neg::call`,
+/// `c10::TensorImpl::requires_grad`, and `at::native::is_conj` and `at::native::is_neg` (or,
+/// where those are missing, `at::_ops::is_conj::call` and `at::_ops::is_neg::call`),
 /// found once per process by their mangled names in the libraries torch loaded, applied to
 /// the `TensorImpl` that a tensor object holds at a fixed offset (what `_cdata` reports). Used
 /// only if, on tensors with and without each flag, the offset gives `_cdata` and the functions
