@@ -329,7 +329,7 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr,
                 "usage: %s librsdlpack_python.so "
-                "[profile-import|profile-julia|profile-share|profile-torch|profile-share-into]\n",
+                "[profile-import|profile-julia|profile-layout-K|profile-share|profile-torch|profile-share-into]\n",
                 argv[0]);
         return 2;
     }
@@ -361,7 +361,12 @@ int main(int argc, char **argv) {
 
     if (argc > 2) { /* one competitor in a loop, for perf record */
         const char *which = argv[2];
-        void (*loop)(void) = strcmp(which, "profile-julia") == 0   ? julia
+        /* profile-layout-K: Julia's one call on layout K (0..5, in layout_names order). */
+        if (strncmp(which, "profile-layout-", 15) == 0) {
+            layout = layouts[atoi(which + 15) % LAYOUTS];
+        }
+        void (*loop)(void) = strncmp(which, "profile-layout-", 15) == 0 ? julia_layout
+                             : strcmp(which, "profile-julia") == 0   ? julia
                              : strcmp(which, "profile-share") == 0 ? share
                              : strcmp(which, "profile-torch") == 0 && torch ? julia_torch
                              : strcmp(which, "profile-share-into") == 0 && torch && lib.share_into
