@@ -4,6 +4,7 @@
 //! them, and carry the [`ErrorKind`] across the C boundary as a number — code never parses the
 //! text.
 
+use crate::device::Device;
 use crate::layout::CopyReason;
 use dlpark::ffi::{DLDataType, DLDevice};
 
@@ -170,6 +171,35 @@ pub enum Error {
         allowed_minor: u32,
     },
 
+    /// The export plan's refusals (see [`crate::export::plan`]).
+    #[error("cannot export a tensor on {device:?} to dl_device {wanted:?}{}", host_hint(.wanted))]
+    ExportDevice { device: Device, wanted: Device },
+
+    #[error("dl_device=(CPU, 0) needs a copy of this {device:?} tensor but copy=False")]
+    HostCopyForbidden { device: Device },
+
+    #[error(
+        "copy=True of device memory is not supported by this exporter; ask for \
+         dl_device=(CPU, 0) or copy on the consumer side"
+    )]
+    NoDeviceCopies,
+
+    #[error("stream must be None for a CPU tensor, got {value:?}")]
+    StreamOnCpu { value: Option<i64> },
+
+    #[error(
+        "copy=True of this {device:?} tensor makes a host copy, not one on \
+         dl_device {device:?}; ask for dl_device=(CPU, 0)"
+    )]
+    HostCopyNotOnDevice { device: Device },
+
+    #[error(
+        "stream={value:?} cannot be honoured for a tensor on {device:?}: this exporter orders \
+         CUDA and CUDA-managed memory only; pass stream=None or -1 and order the producer's \
+         work yourself"
+    )]
+    StreamNotHonoured { value: Option<i64>, device: Device },
+
     #[error("cannot export: {dims} dims but {strides} strides were given")]
     DimsStridesMismatch { dims: usize, strides: usize },
 
@@ -277,7 +307,8 @@ impl Error {
             | Self::CudaPointerMismatch { .. }
             | Self::StreamZero
             | Self::InvalidStream { .. }
-            | Self::DefaultStreamAlias { .. } => InvalidInput,
+            | Self::DefaultStreamAlias { .. }
+            | Self::StreamOnCpu { .. } => InvalidInput,
             Self::BadRank { ndim, .. } if *ndim < 0 => InvalidInput,
             Self::BadRank { .. }
             | Self::Misaligned { .. }
@@ -290,6 +321,11 @@ impl Error {
             | Self::ReadOnly
             | Self::LegacyCannotCarry { .. }
             | Self::VersionTooOld { .. }
+            | Self::ExportDevice { .. }
+            | Self::HostCopyForbidden { .. }
+            | Self::NoDeviceCopies
+            | Self::HostCopyNotOnDevice { .. }
+            | Self::StreamNotHonoured { .. }
             | Self::NoCudaDriver
             | Self::CudaInit { .. }
             | Self::NotOnTarget { .. }
@@ -313,6 +349,15 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 pub(crate) fn device_name(device: &DLDevice) -> &'static str {
     crate::device::DeviceKind::name_of(device.device_type)
+}
+
+/// Where a consumer asked for another host than `(CPU, 0)`: what the host is called.
+fn host_hint(wanted: &Device) -> &'static str {
+    if wanted.kind == crate::device::DeviceKind::Cpu {
+        "; the host is dl_device=(CPU, 0)"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]
@@ -406,6 +451,34 @@ mod tests {
                     feature: "fp8",
                     needed_minor: 1,
                     allowed_minor: 0,
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::ExportDevice {
+                    device: crate::Device::CPU,
+                    wanted: crate::Device::CPU,
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::HostCopyForbidden {
+                    device: crate::Device::CPU,
+                },
+                BufferRefusal,
+            ),
+            (Error::NoDeviceCopies, BufferRefusal),
+            (Error::StreamOnCpu { value: Some(1) }, InvalidInput),
+            (
+                Error::HostCopyNotOnDevice {
+                    device: crate::Device::CPU,
+                },
+                BufferRefusal,
+            ),
+            (
+                Error::StreamNotHonoured {
+                    value: Some(1),
+                    device: crate::Device::CPU,
                 },
                 BufferRefusal,
             ),

@@ -18,6 +18,11 @@
 //! READ_ONLY and IS_SUBBYTE_TYPE_PADDED change what the memory means, so a tensor with either is
 //! refused ([`Error::LegacyCannotCarry`]); IS_COPIED is only a hint that the consumer owns the
 //! memory alone, and is dropped.
+//!
+//! What an exporter hands out for a consumer's `__dlpack__` arguments is decided before any
+//! of this, in [`plan`].
+
+pub mod plan;
 
 use crate::descriptor::TensorDescriptor;
 use crate::dtype::ElementType;

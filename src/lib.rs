@@ -7,7 +7,8 @@
 //! - [`copy`]: a fresh column-major copy when a view is impossible or a copy is asked for;
 //! - [`export`]: a managed tensor over memory owned elsewhere; [`forward`]: an imported tensor
 //!   handed on with a deleter of ours, its metadata not copied; [`described`]: an export whose
-//!   owner keeps the descriptor, its metadata not copied either;
+//!   owner keeps the descriptor, its metadata not copied either; [`export::plan`]: what an
+//!   exporter hands out for a consumer's request;
 //! - [`stream`]: DLPack's stream values, typed; [`cuda`]: pointer checks, stream ordering by
 //!   events, stream descriptions and device → host copies, on a driver loaded at run time;
 //! - [`release`]: an imported tensor's deleter ordered after its consumer's GPU work.
