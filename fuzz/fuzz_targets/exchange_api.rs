@@ -45,7 +45,7 @@ use rsdlpack::dlpark::ffi::{
 use rsdlpack::stream::StreamRequest;
 use rsdlpack::{Device, DeviceKind, ElementType, ImportedTensor, ManagedTensor, TensorDescriptor};
 use rsdlpack_fuzz::{SmallSource, dlpack_flags, exception_for, is_padded, patterned_buffer};
-use rsdlpack_python::exchange_api::imports_through_c_api;
+use rsdlpack_python::import::exchange_api::imports_through_c_api;
 use rsdlpack_python::{ErrorCode, Exporter, ImportRequest, import};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -957,7 +957,8 @@ fn dunder(py: Python<'_>, pool: &[Entry], k: u8, versioned: bool, copy: Option<b
         .call_method("__dlpack__", (), Some(&kwargs))
     {
         Ok(capsule) => {
-            let tensor = rsdlpack_python::capsule::consume(&capsule).expect("our capsule");
+            let tensor =
+                rsdlpack_python::protocol::capsule::consume(&capsule).expect("our capsule");
             let d = ImportedTensor::new(tensor).expect("our capsule validates");
             assert_eq!(d.descriptor().shape(), entry.descriptor.shape());
         }

@@ -5,7 +5,7 @@
 //!
 //! - Typed: a source (device, element type, read-only) and a typed request (stream value,
 //!   `max_version` pair, `dl_device`, `copy`) go through `StreamRequest::from_value`,
-//!   `VersionRequest::from_pair` and the pure decision `negotiate::plan_export`, which is
+//!   `VersionRequest::from_pair` and the core's pure decision `export::plan::plan_export`, which is
 //!   compared with an independent model of the rules and checked for the protocol's
 //!   invariants: a legacy capsule never carries READ_ONLY or a padded sub-byte type; a
 //!   versioned one claims at least 1.1 for the dtype codes and the flag DLPack 1.1 added, at
@@ -34,12 +34,14 @@ use rsdlpack::dlpark::ffi::{
     DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
     DLPackVersion,
 };
+use rsdlpack::export::plan::{
+    Capsule, ExportPlan, ExportRequest, Memory, Source, VersionRequest, plan_export,
+};
 use rsdlpack::stream::StreamRequest;
 use rsdlpack::{Device, DeviceKind, ElementType, ErrorKind, ImportedTensor, TensorDescriptor};
 use rsdlpack_fuzz::{Dev, SmallSource, exception_for, is_padded, patterned_buffer};
-use rsdlpack_python::negotiate::{Capsule, ExportPlan, ExportRequest, Memory, Source, plan_export};
-use rsdlpack_python::request::{
-    VersionRequest, copy_from_python, device_from_python, stream_from_python,
+use rsdlpack_python::protocol::request::{
+    copy_from_python, device_from_python, stream_from_python, version_from_python,
 };
 use rsdlpack_python::{BridgeError, ErrorCode, Exporter};
 use std::sync::Arc;
@@ -336,16 +338,30 @@ fn model(source: &Source, request: &ExportRequest) -> Result<ExportPlan, ErrorCo
     })
 }
 
-fn check_plan(source: &Source, request: &ExportRequest, plan: &Result<ExportPlan, BridgeError>) {
+fn check_plan(
+    source: &Source,
+    request: &ExportRequest,
+    plan: &Result<ExportPlan, rsdlpack::Error>,
+) {
     let expected = model(source, request);
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
             let _ = e.to_string();
-            assert_eq!(Err(e.code()), expected, "{e} for {source:?} {request:?}");
-            // Refusals of the capsule are the core's, with their kind.
-            if let BridgeError::Core(core) = e {
-                assert_eq!(core.kind(), ErrorKind::BufferRefusal, "{core}");
+            assert_eq!(
+                Err(ErrorCode::from(e.kind())),
+                expected,
+                "{e} for {source:?} {request:?}"
+            );
+            // Refusals of the capsule and of copies of device memory are the core's export
+            // and device rules, with their kind.
+            if matches!(
+                e,
+                rsdlpack::Error::LegacyCannotCarry { .. }
+                    | rsdlpack::Error::VersionTooOld { .. }
+                    | rsdlpack::Error::UnsupportedDevice { .. }
+            ) {
+                assert_eq!(e.kind(), ErrorKind::BufferRefusal, "{e}");
             }
             return;
         }
@@ -467,7 +483,7 @@ fn parse(
 ) -> Result<ExportRequest, BridgeError> {
     Ok(ExportRequest {
         stream: stream_from_python(stream)?,
-        version: VersionRequest::from_python(max_version)?,
+        version: version_from_python(max_version)?,
         device: device_from_python(dl_device)?,
         copy: copy_from_python(copy)?,
     })
@@ -522,7 +538,7 @@ fn check_python(input: &SourceIn, source: &Source, request: &PyRequest) {
             Some(parsed.and_then(|r| {
                 let plan = plan_export(source, &r);
                 check_plan(source, &r, &plan);
-                plan
+                plan.map_err(BridgeError::from)
             }))
         };
         let calls = if request.twice { 2 } else { 1 };
@@ -555,7 +571,7 @@ fn check_python(input: &SourceIn, source: &Source, request: &PyRequest) {
         }
         for capsule in capsules {
             if request.consume {
-                let owned = rsdlpack_python::capsule::consume(capsule.as_any()).unwrap();
+                let owned = rsdlpack_python::protocol::capsule::consume(capsule.as_any()).unwrap();
                 drop(owned);
             }
             drop(capsule);

@@ -36,14 +36,14 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::{Device, ElementType, IndexOrder, TensorDescriptor};
-use rsdlpack_python::arrays::{
+use rsdlpack_python::c_abi::{
     RsdlArrayExport, RsdlImportResult, RsdlPlanOptions, RsdlShareResult, rsdlpack_imported_release,
     rsdlpack_py_import_plan, rsdlpack_py_share, rsdlpack_py_take_released_roots,
 };
-use rsdlpack_python::call::call_method;
-use rsdlpack_python::entry::{
+use rsdlpack_python::c_abi::{
     RsdlImportOptions, rsdlpack_py_export, rsdlpack_py_import, rsdlpack_tensor_release,
 };
+use rsdlpack_python::python::call::call_method;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -244,10 +244,10 @@ fn main() {
                     let tensor = torch.call_method1("ones", (12,)).unwrap();
                     let torch_from_dlpack = torch.getattr("from_dlpack").unwrap();
                     let raw = tensor.as_ptr();
-                    let before = rsdlpack_python::exchange_api::imports_through_c_api();
+                    let before = rsdlpack_python::import::exchange_api::imports_through_c_api();
                     import_with(raw, None);
                     assert!(
-                        rsdlpack_python::exchange_api::imports_through_c_api() > before,
+                        rsdlpack_python::import::exchange_api::imports_through_c_api() > before,
                         "the torch import went through the C exchange API"
                     );
                     let times = race(&mut [
@@ -371,7 +371,7 @@ fn main() {
         ]);
         // The shared buffer's root ids queue up: take them as Julia would.
         let mut sink = [0u64; 64];
-        while rsdlpack_python::roots::take_released(&mut sink) > 0 {}
+        while rsdlpack_python::export::roots::take_released(&mut sink) > 0 {}
         println!(
             "Rust-owned 16×16 f32 → rsdlpack_py_export → np.from_dlpack: {:.0} ns; \
              np.from_dlpack(ndarray): {:.0} ns; ratio {:.2}x",

@@ -21,8 +21,10 @@
 
 use pyo3::PyErr;
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
-use rsdlpack::ErrorKind;
+use rsdlpack::{Device, ErrorKind};
 
+/// Every failure of the bridge, one variant each, holding its data: the message is formatted
+/// here (by `Display`), once, where the error leaves the crate.
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
     #[error(transparent)]
@@ -40,15 +42,190 @@ pub enum BridgeError {
     )]
     ConsumedCapsule,
 
-    #[error("{0}")]
-    Argument(String),
+    #[error(
+        "{object} is not a DLPack capsule (expected the name \"dltensor_versioned\" or \"dltensor\")"
+    )]
+    NotACapsule { object: String },
 
+    /// A panic caught at the border; `place` names where, after "RsDLPack".
+    #[error("internal error in RsDLPack{place} (please report): {what}")]
+    Panic { place: &'static str, what: String },
+
+    // The arguments of the C entry points and of the C exchange API's functions.
+    /// `names` lists the pointers as the function's signature names them.
+    #[error("{function}: {names} must not be null")]
+    NullArguments {
+        function: &'static str,
+        names: &'static str,
+    },
+
+    #[error("{function}: the {what} is null")]
+    NullHandle {
+        function: &'static str,
+        what: &'static str,
+    },
+
+    /// An argument whose value is none of those it may have.
+    #[error("{name} must be {expected}, got {got}")]
+    BadValue {
+        name: &'static str,
+        expected: &'static str,
+        got: String,
+    },
+
+    #[error("plan options: {what} cannot be {value}")]
+    PlanOption { what: &'static str, value: i64 },
+
+    #[error("rsdlpack_py_import_with_flags: unknown flag bits {bits:#x}")]
+    UnknownImportFlags { bits: u32 },
+
+    #[error("the Python interpreter is not running")]
+    InterpreterNotRunning,
+
+    // Julia arrays to share.
+    #[error("unknown element code {code}")]
+    UnknownElementCode { code: u32 },
+
+    #[error(
+        "a {ndims}-dimensional array has no DLPack export here (at most {} dims)",
+        rsdlpack::MAX_NDIM
+    )]
+    TooManyDims { ndims: usize },
+
+    #[error("rsdlpack_py_share: a dim is negative")]
+    NegativeDim,
+
+    #[error("rsdlpack_py_share_into: type must be a Python type, got {got}")]
+    NotAType { got: String },
+
+    // Consumers' types (`share_into`) and producers' types (import) with a C exchange API.
+    #[error(
+        "{type_name} has no DLPack C exchange API that makes its objects \
+         (__dlpack_c_exchange_api__ with managed_tensor_to_py_object_no_sync); share \
+         with a function instead, e.g. share(A, torch.from_dlpack)"
+    )]
+    NoObjectMaker { type_name: String },
+
+    #[error(
+        "a read-only array cannot be shared into {type_name}: its C exchange API does not promise \
+         to keep DLPack's READ_ONLY flag, so the result could be written; share a copy, or \
+         a writable array"
+    )]
+    ReadOnlyShareInto { type_name: String },
+
+    #[error(
+        "{type_name}'s C exchange API makes {made} objects, not {type_name} ones; share into \
+         {made}, or share with a function"
+    )]
+    ObjectOfOtherType { type_name: String, made: String },
+
+    #[error(
+        "{type_name}.__dlpack_c_exchange_api__ is {value}, not a PyCapsule named \"dlpack_exchange_api\" \
+         (DLPack 1.3); set it to None to disable the C exchange API for this type"
+    )]
+    BadExchangeApi { type_name: String, value: String },
+
+    #[error("{type_name}.__dlpack_c_exchange_api__ {function} is missing from the table")]
+    MissingTableFunction {
+        type_name: String,
+        function: &'static str,
+    },
+
+    // Our own C exchange API, asked by a consumer.
     /// An object of the wrong Python type (a Python `TypeError`).
-    #[error("{0}")]
-    WrongType(String),
+    #[error(
+        "rsdlpack.DLPackTensor's {function} was given an object of type {type_name}, not an \
+         rsdlpack.DLPackTensor (the exchange API serves only the type it was found on)"
+    )]
+    NotOurExporter {
+        function: &'static str,
+        type_name: String,
+    },
 
-    #[error("{0}")]
-    Buffer(String),
+    #[error(
+        "dltensor_from_py_object_no_sync: this tensor is read-only and a DLTensor cannot say so; use \
+         managed_tensor_from_py_object_no_sync, which sets DLPack's READ_ONLY flag"
+    )]
+    ReadOnlyDLTensor,
+
+    #[error(
+        "dltensor_from_py_object_no_sync: this tensor stores a sub-byte type one element per byte, which only \
+         the managed tensor's IS_SUBBYTE_TYPE_PADDED flag can say; use \
+         managed_tensor_from_py_object_no_sync"
+    )]
+    PaddedDLTensor,
+
+    #[error(
+        "current_work_stream: rsdlpack.DLPackTensor holds CPU or CUDA memory only, not \
+         device type {device_type}"
+    )]
+    WorkStreamDevice { device_type: u32 },
+
+    // What an import found.
+    #[error(
+        "a bare DLPack capsule cannot order its data on the consumer's stream; pass the \
+         tensor object itself so that __dlpack__(stream=...) can"
+    )]
+    CapsuleCannotOrderStream,
+
+    /// `producer` names where the tensor came from (`numpy.ndarray`, `T.__dlpack__`, …).
+    #[error("{producer} holds a tensor on device {found:?}, not the requested {wanted:?}")]
+    WrongDevice {
+        producer: String,
+        found: Device,
+        wanted: Device,
+    },
+
+    #[error("copy=false was requested but {producer} holds a copy (IS_COPIED)")]
+    CopyNotAllowed { producer: String },
+
+    #[error("{method} returned {answer}, not a (device_type, device_id) tuple")]
+    BadDeviceAnswer { method: String, answer: String },
+
+    #[error(
+        "cannot import this {type_name} over DLPack: {}; pass {} instead",
+        .state.what(),
+        .state.fix()
+    )]
+    TorchState {
+        type_name: String,
+        state: TorchState,
+    },
+}
+
+/// What a torch tensor carries that DLPack cannot (see [`crate::import::torch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TorchState {
+    RequiresGrad,
+    Conjugate,
+    Negative,
+}
+
+impl TorchState {
+    fn what(self) -> &'static str {
+        match self {
+            Self::RequiresGrad => {
+                "it requires grad, which DLPack cannot carry (torch's __dlpack__ refuses it too)"
+            }
+            Self::Conjugate => {
+                "it has the conjugate bit set (a lazy conjugation, e.g. from .conj()), so its \
+                 memory holds the unconjugated values"
+            }
+            Self::Negative => {
+                "it has the negative bit set (a lazy negation, e.g. from .conj().imag), so its \
+                 memory holds the unnegated values"
+            }
+        }
+    }
+
+    /// The torch call that gives a tensor DLPack can carry.
+    fn fix(self) -> &'static str {
+        match self {
+            Self::RequiresGrad => "tensor.detach()",
+            Self::Conjugate => "tensor.resolve_conj()",
+            Self::Negative => "tensor.resolve_neg()",
+        }
+    }
 }
 
 pub type BridgeResult<T> = Result<T, BridgeError>;
@@ -86,12 +263,45 @@ impl From<ErrorKind> for ErrorCode {
 
 impl BridgeError {
     pub fn code(&self) -> ErrorCode {
+        use BridgeError::*;
         match self {
-            Self::Core(core) => core.kind().into(),
-            Self::Argument(_) | Self::ConsumedCapsule => ErrorCode::Invalid,
-            Self::Buffer(_) => ErrorCode::Buffer,
-            Self::NotDlpack { .. } | Self::WrongType(_) => ErrorCode::NotDlpack,
-            Self::Producer { .. } => ErrorCode::Producer,
+            Core(core) => core.kind().into(),
+            ConsumedCapsule
+            | NotACapsule { .. }
+            | NullArguments { .. }
+            | NullHandle { .. }
+            | BadValue { .. }
+            | PlanOption { .. }
+            | UnknownImportFlags { .. }
+            | InterpreterNotRunning
+            | UnknownElementCode { .. }
+            | NegativeDim
+            | NotAType { .. }
+            | NoObjectMaker { .. }
+            | ObjectOfOtherType { .. }
+            | BadExchangeApi { .. }
+            | MissingTableFunction { .. }
+            | WorkStreamDevice { .. }
+            | BadDeviceAnswer { .. } => ErrorCode::Invalid,
+            TooManyDims { .. }
+            | ReadOnlyShareInto { .. }
+            | ReadOnlyDLTensor
+            | PaddedDLTensor
+            | CapsuleCannotOrderStream
+            | WrongDevice { .. }
+            | CopyNotAllowed { .. }
+            | TorchState { .. } => ErrorCode::Buffer,
+            NotDlpack { .. } | NotOurExporter { .. } => ErrorCode::NotDlpack,
+            Producer { .. } => ErrorCode::Producer,
+            Panic { .. } => ErrorCode::Internal,
+        }
+    }
+
+    /// The error a caught panic becomes; `place` names where (see [`BridgeError::Panic`]).
+    pub(crate) fn panic(place: &'static str, panic: &(dyn std::any::Any + Send)) -> Self {
+        Self::Panic {
+            place,
+            what: panic_message(panic),
         }
     }
 
@@ -119,7 +329,7 @@ impl From<BridgeError> for PyErr {
 
 /// What a caught panic said, for the "internal error" every entry point reports instead of
 /// unwinding into its caller.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

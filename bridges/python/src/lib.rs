@@ -1,22 +1,19 @@
 //! RsDLPack's Python bridge: the DLPack Python protocol over `PyObject*`.
 //!
-//! - [`import`]: any object with `__dlpack__` (or a capsule) → an owned, validated tensor;
-//! - [`exchange_api`]: the DLPack 1.3 C exchange API of a producer's type (torch), used by
-//!   [`import`] instead of `__dlpack__`; [`torch`]: what torch tensors carry that DLPack cannot;
-//!   [`numpy`]: NumPy's arrays, read through NumPy's C ABI instead of its `__dlpack__`;
-//! - [`exporter`]: a Python object with `__dlpack__` ([`dlpack_method`]) over a tensor Rust owns,
-//!   whose type offers its own C exchange API ([`exporter_api`]);
-//! - [`capsule`]: capsule ownership rules; [`request`]: the protocol's arguments, typed;
-//!   [`negotiate`]: what `__dlpack__` hands out for them, decided as a pure function;
-//! - [`release`]: Python producers' deleters run only under the GIL (deferred otherwise);
-//!   `attach`: Python objects dropped where pyo3 does not know the GIL is held;
-//! - [`entry`]: the `extern "C"` functions Julia's `ccall` and Python's ctypes call;
-//! - [`arrays`]: the one-crossing entry points behind Julia's `from_dlpack` and `share`
-//!   (import + validate + plan in one call; copy; release now or later), with [`roots`]
-//!   keeping shared Julia arrays alive until their consumers release them, and [`share_into`]
-//!   handing them to a type's own C exchange API (`share(A, torch.Tensor)`);
-//! - [`abi`]: the C ABI's named option values and struct numbers (with [`ErrorCode`]), which
-//!   include/rsdlpack.h carries to Julia and ctypes.
+//! Three parts over shared plumbing, each a folder; dependencies only point down this list:
+//! - [`c_abi`]: the `extern "C"` entry points Julia's `ccall` and Python's ctypes call, and
+//!   the C ABI they define (include/rsdlpack.h);
+//! - [`export`]: tensors Rust owns offered to Python consumers: the exporter object
+//!   `rsdlpack.DLPackTensor` (`__dlpack__`, and its type's DLPack 1.3 C exchange API), Julia
+//!   arrays kept alive until released, and arrays shared straight into a consumer's type;
+//! - [`import`]: any object with `__dlpack__` (or a capsule) → an owned, validated tensor,
+//!   through NumPy's C ABI fields, a producer type's C exchange API (torch), or the Python
+//!   protocol; torch tensors checked for what DLPack cannot carry;
+//! - [`protocol`]: capsule ownership rules, and the protocol's arguments typed (what
+//!   `__dlpack__` hands out for them is the core's decision, [`rsdlpack::export::plan`]);
+//!   [`python`]: cheap calls into Python, releases of Python producers' tensors under the GIL
+//!   only, objects dropped where pyo3 does not know the GIL is held; [`error`]: the one error
+//!   type and its two ways out (a Python exception, a return code).
 //!
 //! The bridge speaks to the rest of RsDLPack in DLPack itself: it hands out and takes
 //! `DLManagedTensorVersioned*`, so the Julia bridge never links Python. Built with
@@ -24,26 +21,13 @@
 //! Python symbols resolve from the process that loads it, and abi3 makes one build serve every
 //! CPython ≥ 3.10.
 
-pub mod abi;
-pub mod arrays;
-mod attach;
-pub mod call;
-pub mod capsule;
-pub mod dlpack_method;
-pub mod entry;
+pub mod c_abi;
 pub mod error;
-pub mod exchange_api;
-pub mod exporter;
-pub mod exporter_api;
+pub mod export;
 pub mod import;
-pub mod negotiate;
-pub mod numpy;
-pub mod release;
-pub mod request;
-pub mod roots;
-pub mod share_into;
-pub mod torch;
+pub mod protocol;
+pub mod python;
 
 pub use error::{BridgeError, BridgeResult, ErrorCode};
-pub use exporter::Exporter;
+pub use export::Exporter;
 pub use import::{ImportRequest, import};

@@ -70,15 +70,28 @@ fn the_committed_c_header_is_current() {
     }
 }
 
+/// The `.rs` files under `dir`, in its folders too.
+fn source_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a readable source folder") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files.extend(source_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
 #[test]
 fn the_header_declares_every_entry_point_and_no_other_function() {
     let header = String::from_utf8(generate()).expect("the header is UTF-8");
     // Every `#[unsafe(no_mangle)]` function of this crate's sources, read as text.
     let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut exported = Vec::new();
-    for entry in std::fs::read_dir(&sources).expect("src/ is readable") {
-        let text = std::fs::read_to_string(entry.expect("a directory entry").path())
-            .expect("a readable source file");
+    for path in source_files(&sources) {
+        let text = std::fs::read_to_string(path).expect("a readable source file");
         let mut lines = text.lines();
         while let Some(line) = lines.next() {
             if line.trim() != "#[unsafe(no_mangle)]" {

@@ -10,11 +10,11 @@ use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::{
     Device, DeviceKind, ElementType, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor,
 };
-use rsdlpack_python::entry::{
+use rsdlpack_python::c_abi::{
     rsdlpack_cuda_describe_stream, rsdlpack_cuda_driver_available, rsdlpack_error_free,
     rsdlpack_tensor_release,
 };
-use rsdlpack_python::release::{Wait, drain, rewrap};
+use rsdlpack_python::python::release::{Wait, drain, rewrap};
 use rsdlpack_python::{BridgeError, Exporter, ImportRequest, import};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;

@@ -5,10 +5,10 @@ mod common;
 
 use common::*;
 use pyo3::prelude::*;
-use rsdlpack_python::entry::{
+use rsdlpack_python::c_abi::{
     rsdlpack_py_flush_releases, rsdlpack_py_pending_releases, rsdlpack_tensor_release,
 };
-use rsdlpack_python::release::{Wait, drain, rewrap};
+use rsdlpack_python::python::release::{Wait, drain, rewrap};
 use std::sync::mpsc;
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::layout::{CopyPolicy, IndexOrder, LayoutPlan, plan};
 use rsdlpack::{Device, DeviceKind, ElementType, TensorDescriptor};
-use rsdlpack_python::{BridgeError, ImportRequest, import};
+use rsdlpack_python::{BridgeError, ErrorCode, ImportRequest, import};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
@@ -152,16 +152,16 @@ fn arrays_read_through_their_fields_are_what_their_own_dlpack_gives() {
                 );
                 let pair = run(py, &code);
                 let (array, sub) = (pair.get_item(0).unwrap(), pair.get_item(1).unwrap());
-                let before = rsdlpack_python::numpy::imports_through_fields();
+                let before = rsdlpack_python::import::numpy::imports_through_fields();
                 let direct = imported_as(&array);
                 assert_eq!(
-                    rsdlpack_python::numpy::imports_through_fields(),
+                    rsdlpack_python::import::numpy::imports_through_fields(),
                     before + 1,
                     "{name} {layout}: read through the fields"
                 );
                 assert_eq!(direct, imported_as(&sub), "{name} {layout}");
                 assert_eq!(
-                    rsdlpack_python::numpy::imports_through_fields(),
+                    rsdlpack_python::import::numpy::imports_through_fields(),
                     before + 1,
                     "{name} {layout}: the subclass went through __dlpack__"
                 );
@@ -195,10 +195,10 @@ fn arrays_numpy_would_refuse_or_treat_specially_go_through_dlpack() {
             );
             let pair = run(py, &code);
             let (array, sub) = (pair.get_item(0).unwrap(), pair.get_item(1).unwrap());
-            let before = rsdlpack_python::numpy::imports_through_fields();
+            let before = rsdlpack_python::import::numpy::imports_through_fields();
             let answer = imported_as(&array);
             assert_eq!(
-                rsdlpack_python::numpy::imports_through_fields(),
+                rsdlpack_python::import::numpy::imports_through_fields(),
                 before,
                 "{name}: not read through the fields"
             );
@@ -311,7 +311,7 @@ fn the_deleter_runs_exactly_once_on_drop_and_on_error_paths() {
             .err()
             .expect("a CPU tensor where CUDA was asked for");
         assert!(
-            matches!(&err, BridgeError::Buffer(m) if m.contains("not the requested")),
+            err.code() == ErrorCode::Buffer && err.to_string().contains("not the requested"),
             "{err}"
         );
         let capsule = liar.getattr("capsule").unwrap();
@@ -433,7 +433,7 @@ fn capsules_are_consumed_once() {
         )
         .err()
         .unwrap();
-        assert!(matches!(err, BridgeError::Buffer(_)), "{err}");
+        assert!(err.code() == ErrorCode::Buffer, "{err}");
         let cpu = ImportRequest {
             device: Some(rsdlpack::Device::CPU),
             copy: Some(true),
@@ -534,7 +534,10 @@ fn dlpack_device_is_asked_only_for_a_stream_and_must_answer_a_tuple() {
             .err()
             .expect("None is not a device");
         assert!(
-            matches!(&err, BridgeError::Argument(m) if m.contains("not a (device_type, device_id) tuple")),
+            err.code() == ErrorCode::Invalid
+                && err
+                    .to_string()
+                    .contains("not a (device_type, device_id) tuple"),
             "{err}"
         );
         assert_eq!(odd.getattr("asked").unwrap().extract::<i64>().unwrap(), 1);

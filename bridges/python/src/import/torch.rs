@@ -14,8 +14,9 @@
 //! imported through their `__dlpack__`, and the checks run with subclass dispatch disabled,
 //! as torch's own wrapper does.
 
-use crate::call::call_method;
-use crate::error::{BridgeError, BridgeResult};
+use crate::error::{BridgeError, BridgeResult, TorchState};
+use crate::python::call::call_method;
+use crate::python::names;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyModule, PyType};
@@ -163,7 +164,7 @@ const IMPL_OFFSETS: [usize; 2] = [16, 24];
 
 impl NativeFlags {
     fn find(py: Python<'_>) -> Option<Self> {
-        crate::attach::releasing(|| Self::find_and_check(py).ok().flatten())
+        crate::python::attach::releasing(|| Self::find_and_check(py).ok().flatten())
     }
 
     fn find_and_check(py: Python<'_>) -> BridgeResult<Option<Self>> {
@@ -258,74 +259,59 @@ pub fn check(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
 }
 
 fn check_torch(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
+    let (requires_grad, conj, neg) = flags(object, kind)?;
+    let state = if requires_grad {
+        TorchState::RequiresGrad
+    } else if conj {
+        TorchState::Conjugate
+    } else if neg {
+        TorchState::Negative
+    } else {
+        return Ok(());
+    };
+    Err(BridgeError::TorchState {
+        type_name: names::with_module(&object.get_type(), false),
+        state,
+    })
+}
+
+/// `(requires_grad, is_conj(), is_neg())` of a torch tensor: through torch's C++ functions
+/// where this process found them, else its Python attributes (with subclass dispatch disabled
+/// for `Wrapped` types).
+fn flags(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<(bool, bool, bool)> {
     let py = object.py();
     let read = |err: PyErr| {
-        BridgeError::producer(format!("reading the flags of {}", type_name(object)), err)
+        BridgeError::producer(
+            format!(
+                "reading the flags of {}",
+                names::with_module(&object.get_type(), false)
+            ),
+            err,
+        )
     };
-    let (requires_grad, conj, neg) = match kind {
-        TorchKind::NotTorch => return Ok(()),
+    match kind {
+        TorchKind::NotTorch => Ok((false, false, false)),
         TorchKind::Plain => match NATIVE.get(py).copied().flatten() {
             // SAFETY: a `Plain` type's object, and the layout was checked (`NATIVE` is set
             // only then).
-            Some(native) => unsafe { native.answers(object) },
+            Some(native) => Ok(unsafe { native.answers(object) }),
             None => {
                 let flag = |name: &Bound<'_, pyo3::types::PyString>| {
                     call_method(object, name, &[], &[], None).and_then(|v| v.is_truthy())
                 };
-                (
+                Ok((
                     object
                         .getattr(pyo3::intern!(py, "requires_grad"))
                         .and_then(|v| v.is_truthy())
                         .map_err(read)?,
                     flag(pyo3::intern!(py, "is_conj")).map_err(read)?,
                     flag(pyo3::intern!(py, "is_neg")).map_err(read)?,
-                )
+                ))
             }
         },
         TorchKind::Wrapped => helper(py, "flags")?
             .call1((object,))
             .and_then(|f| f.extract::<(bool, bool, bool)>())
-            .map_err(read)?,
-    };
-    let refuse = |what: &str, fix: &str| {
-        Err(BridgeError::Buffer(format!(
-            "cannot import this {} over DLPack: {what}; pass {fix} instead",
-            type_name(object)
-        )))
-    };
-    if requires_grad {
-        return refuse(
-            "it requires grad, which DLPack cannot carry (torch's __dlpack__ refuses it too)",
-            "tensor.detach()",
-        );
-    }
-    if conj {
-        return refuse(
-            "it has the conjugate bit set (a lazy conjugation, e.g. from .conj()), so its memory \
-             holds the unconjugated values",
-            "tensor.resolve_conj()",
-        );
-    }
-    if neg {
-        return refuse(
-            "it has the negative bit set (a lazy negation, e.g. from .conj().imag), so its memory \
-             holds the unnegated values",
-            "tensor.resolve_neg()",
-        );
-    }
-    Ok(())
-}
-
-fn type_name(object: &Bound<'_, PyAny>) -> String {
-    let ty = object.get_type();
-    let module = ty.module().map(|m| m.to_string()).unwrap_or_default();
-    let name = ty
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into());
-    if module.is_empty() || module == "builtins" {
-        name
-    } else {
-        format!("{module}.{name}")
+            .map_err(read),
     }
 }

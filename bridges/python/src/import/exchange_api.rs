@@ -2,14 +2,14 @@
 //! (a PyCapsule named "dlpack_exchange_api" over a static `DLPackExchangeAPI`), found once per
 //! type and called instead of the Python protocol.
 //!
-//! Why: `torch_tensor.__dlpack__()` runs Python code (~2.8 µs); torch's
-//! `managed_tensor_from_py_object_no_sync` plus its deleter take ~90 ns. The table is what
-//! dlpark 0.10 calls `ffi::DLPackExchangeAPI` (56 bytes: a 16-byte header, five function
+//! Why: `torch_tensor.__dlpack__()` runs Python code, where torch's
+//! `managed_tensor_from_py_object_no_sync` is one C call (BENCHMARKS.md has the figures). The
+//! table is what dlpark 0.10 calls `ffi::DLPackExchangeAPI` (56 bytes: a 16-byte header, five function
 //! pointers), laid out as in dlpack.h 1.3.
 //!
 //! Decisions:
 //! - The attribute is looked up on the *type* (the specification's rule) and the answer is
-//!   cached per type in [`TypeCache`]: a handful of slots, each holding a strong reference to its
+//!   cached per type ([`super::type_info`]): a handful of slots, each holding a strong reference to its
 //!   type, so a cached type is never freed and its address never names another type. Types
 //!   without the attribute (NumPy's) are cached too, so their imports pay one locked scan of a
 //!   few pointers. A class attribute reassigned after a type's first import is not seen (the
@@ -26,7 +26,7 @@
 //!   exception, or success with a null tensor, is reported as such.
 
 use crate::error::{BridgeError, BridgeResult};
-use crate::torch::TorchKind;
+use crate::python::names;
 use pyo3::exceptions::PyAttributeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -35,9 +35,7 @@ use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader};
 use rsdlpack::{Device, ManagedTensor};
 use std::cell::Cell;
-use std::ffi::{CStr, c_void};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::{CStr, c_int, c_void};
 
 /// The capsule name the specification gives the table.
 pub const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
@@ -81,14 +79,14 @@ impl ExchangeApi {
     }
 
     /// Finds the table of `ty`, if it has a usable one.
-    fn of_type(ty: &Bound<'_, PyType>) -> BridgeResult<Option<Self>> {
+    pub(crate) fn of_type(ty: &Bound<'_, PyType>) -> BridgeResult<Option<Self>> {
         let py = ty.py();
         let attribute = match ty.getattr(pyo3::intern!(py, "__dlpack_c_exchange_api__")) {
             Ok(attribute) => attribute,
             Err(err) if err.is_instance_of::<PyAttributeError>(py) => return Ok(None),
             Err(err) => {
                 return Err(BridgeError::producer(
-                    format!("{}.__dlpack_c_exchange_api__", type_name(ty)),
+                    format!("{}.__dlpack_c_exchange_api__", names::short(ty)),
                     err,
                 ));
             }
@@ -100,15 +98,13 @@ impl ExchangeApi {
         // non-capsules, other names and capsules holding null.
         let valid = unsafe { ffi::PyCapsule_IsValid(attribute.as_ptr(), CAPSULE_NAME.as_ptr()) };
         if valid != 1 {
-            return Err(BridgeError::Argument(format!(
-                "{}.__dlpack_c_exchange_api__ is {}, not a PyCapsule named \"dlpack_exchange_api\" \
-                 (DLPack 1.3); set it to None to disable the C exchange API for this type",
-                type_name(ty),
-                attribute
+            return Err(BridgeError::BadExchangeApi {
+                type_name: names::short(ty),
+                value: attribute
                     .repr()
                     .map(|r| r.to_string())
-                    .unwrap_or_else(|_| "?".into())
-            )));
+                    .unwrap_or_else(|_| "?".into()),
+            });
         }
         // SAFETY: valid under CAPSULE_NAME (checked above), so GetPointer returns its non-null
         // pointer without raising.
@@ -143,19 +139,13 @@ impl ExchangeApi {
         // found on (the caller's contract); `out` is a valid out-pointer.
         let status = unsafe { export(object.as_ptr().cast(), &mut out) };
         let what = || {
-            format!(
-                "{}.__dlpack_c_exchange_api__ managed_tensor_from_py_object_no_sync",
-                type_name(&object.get_type())
+            function_of(
+                names::of_object(object),
+                "managed_tensor_from_py_object_no_sync",
             )
         };
         if status != 0 {
-            return Err(match PyErr::take(py) {
-                Some(err) => BridgeError::producer(what(), err),
-                None => BridgeError::Producer {
-                    what: what(),
-                    message: format!("error code {status} without setting a Python exception"),
-                },
-            });
+            return Err(failed(PyErr::take(py), what(), status, "without setting"));
         }
         if out.is_null() {
             PyErr::take(py);
@@ -171,10 +161,7 @@ impl ExchangeApi {
         if let Some(err) = PyErr::take(py) {
             // A producer that reports success must not leave an exception behind.
             drop(tensor);
-            return Err(BridgeError::producer(
-                format!("{} (while reporting success)", what()),
-                err,
-            ));
+            return Err(raised_on_success(what(), err));
         }
         let tensor = tensor?;
         IMPORTS.with(|n| n.set(n.get() + 1));
@@ -199,14 +186,12 @@ impl ExchangeApi {
         tensor: Managed<DLManagedTensorVersioned>,
         deleter_ran: impl FnOnce() -> bool,
     ) -> BridgeResult<Bound<'py, PyAny>> {
-        let what = |type_name: String| {
-            format!("{type_name}.__dlpack_c_exchange_api__ managed_tensor_to_py_object_no_sync")
-        };
+        const FUNCTION: &str = "managed_tensor_to_py_object_no_sync";
         let Some(make) = self.table.managed_tensor_to_py_object_no_sync else {
-            return Err(BridgeError::Argument(format!(
-                "{} is missing from the table",
-                what(type_name())
-            )));
+            return Err(BridgeError::MissingTableFunction {
+                type_name: type_name(),
+                function: FUNCTION,
+            });
         };
         let raw = tensor.into_raw();
         let mut out: *mut c_void = std::ptr::null_mut();
@@ -214,6 +199,7 @@ impl ExchangeApi {
         // the function takes on success; `out` is a valid out-pointer.
         let status = unsafe { make(raw, &mut out) };
         let raised = PyErr::take(py);
+        let what = || function_of(type_name(), FUNCTION);
         if status == 0 && !out.is_null() {
             // SAFETY: on success the function hands out a new reference.
             let object = unsafe { Bound::from_owned_ptr(py, out.cast()) };
@@ -221,10 +207,7 @@ impl ExchangeApi {
                 None => Ok(object),
                 // A table that reports success must not leave an exception behind; the object
                 // (and with it the tensor) is released by the drop.
-                Some(err) => Err(BridgeError::producer(
-                    format!("{} (while reporting success)", what(type_name())),
-                    err,
-                )),
+                Some(err) => Err(raised_on_success(what(), err)),
             };
         }
         if !deleter_ran() {
@@ -232,13 +215,7 @@ impl ExchangeApi {
             // again, and released once here.
             drop(unsafe { Managed::from_raw(raw) });
         }
-        Err(match raised {
-            Some(err) => BridgeError::producer(what(type_name()), err),
-            None => BridgeError::Producer {
-                what: what(type_name()),
-                message: format!("error code {status} and no object, without a Python exception"),
-            },
-        })
+        Err(failed(raised, what(), status, "and no object, without"))
     }
 
     /// The producer's current work stream on `device` (a `CUstream`; 0 is the default stream),
@@ -257,20 +234,33 @@ impl ExchangeApi {
         // SAFETY: the GIL is held (`py`); `stream` is a valid out-pointer.
         let status = unsafe { query(dl.device_type, dl.device_id, &mut stream) };
         if status != 0 {
-            let what = format!(
-                "{}.__dlpack_c_exchange_api__ current_work_stream",
-                type_name()
-            );
-            return Err(match PyErr::take(py) {
-                Some(err) => BridgeError::producer(what, err),
-                None => BridgeError::Producer {
-                    what,
-                    message: format!("error code {status} without setting a Python exception"),
-                },
-            });
+            let what = function_of(type_name(), "current_work_stream");
+            return Err(failed(PyErr::take(py), what, status, "without setting"));
         }
         Ok(Some(stream as usize))
     }
+}
+
+/// How messages name one of a type's table functions.
+fn function_of(type_name: String, function: &str) -> String {
+    format!("{type_name}.__dlpack_c_exchange_api__ {function}")
+}
+
+/// A table function's failure: the exception it raised, or its status when it raised none
+/// (`without` says what else it did, before "a Python exception").
+fn failed(raised: Option<PyErr>, what: String, status: c_int, without: &str) -> BridgeError {
+    match raised {
+        Some(err) => BridgeError::producer(what, err),
+        None => BridgeError::Producer {
+            what,
+            message: format!("error code {status} {without} a Python exception"),
+        },
+    }
+}
+
+/// An exception left behind by a table function that reported success.
+fn raised_on_success(what: String, err: PyErr) -> BridgeError {
+    BridgeError::producer(format!("{what} (while reporting success)"), err)
 }
 
 /// Follows `header` and its `prev_api` chain to the first table of major version 1.
@@ -295,136 +285,4 @@ unsafe fn major_one(
         header = current.prev_api;
     }
     None
-}
-
-fn type_name(ty: &Bound<'_, PyType>) -> String {
-    ty.name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// What the importer needs to know about a type, decided once per type.
-#[derive(Clone, Copy)]
-pub struct TypeInfo {
-    /// Its C exchange API table, if it has a usable one.
-    pub api: Option<ExchangeApi>,
-    /// Whether it is a torch tensor type, and which kind (see [`crate::torch`]).
-    pub torch: TorchKind,
-    /// Whether its tensors are always in host memory, so that asking for the CPU is a no-op
-    /// (`numpy.ndarray`, see [`crate::numpy`]).
-    pub host_memory: bool,
-    /// Whether its objects are NumPy arrays whose fields this process has checked it can
-    /// read ([`crate::numpy::fields_are_readable`]).
-    pub numpy_fields: bool,
-}
-
-/// The per-type cache (see the module docs). A few slots suffice: a program imports from a few
-/// tensor types; a full cache replaces its oldest entry.
-struct TypeCache {
-    entries: [Option<(Py<PyType>, TypeInfo)>; SLOTS],
-    next: usize,
-}
-
-const SLOTS: usize = 8;
-
-/// Bumped whenever an entry leaves [`CACHE`] (see [`type_info`]).
-static GENERATION: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// The calling thread's last answer: (type address, generation, answer). Spares the
-    /// lock on the common case of many imports of one type.
-    static LAST: Cell<Option<(usize, usize, TypeInfo)>> = const { Cell::new(None) };
-}
-
-static CACHE: Mutex<TypeCache> = Mutex::new(TypeCache {
-    entries: [const { None }; SLOTS],
-    next: 0,
-});
-
-/// What [`TypeInfo`] says about `type(object)`.
-///
-/// The cache's lock is never held while Python code runs (the attribute lookup may run a
-/// metaclass's code, which may import tensors itself).
-// Inlined: the thread's last answer is the common case.
-#[inline]
-pub fn type_info(object: &Bound<'_, PyAny>) -> BridgeResult<TypeInfo> {
-    info_of_type(object.py(), object.get_type_ptr())
-}
-
-/// What [`TypeInfo`] says about the type `ty` (a consumer's type, see `share_into`).
-pub fn type_info_of(ty: &Bound<'_, PyType>) -> BridgeResult<TypeInfo> {
-    info_of_type(ty.py(), ty.as_type_ptr())
-}
-
-#[inline]
-fn info_of_type(py: Python<'_>, raw: *mut ffi::PyTypeObject) -> BridgeResult<TypeInfo> {
-    // The thread's last answer, valid while no entry was evicted since (an evicted type may be
-    // freed and its address reused; eviction bumps the generation before the type is freed).
-    let generation = GENERATION.load(Ordering::Acquire);
-    if let Some((ty, seen, info)) = LAST.get()
-        && ty == raw as usize
-        && seen == generation
-    {
-        return Ok(info);
-    }
-    type_info_from_cache(py, raw, generation)
-}
-
-/// [`type_info`] past the thread's last answer: the shared cache, else the type itself.
-fn type_info_from_cache(
-    py: Python<'_>,
-    raw: *mut ffi::PyTypeObject,
-    generation: usize,
-) -> BridgeResult<TypeInfo> {
-    {
-        // A poisoned lock only means a panic elsewhere mid-update; the slots stay consistent.
-        let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, info)) = cache
-            .entries
-            .iter()
-            .flatten()
-            .find(|(ty, _)| ty.as_ptr() == raw.cast())
-        {
-            LAST.set(Some((raw as usize, generation, *info)));
-            return Ok(*info);
-        }
-    }
-    // SAFETY: `raw` is the type of a live object or a live type the caller borrows.
-    let ty = unsafe { Bound::from_borrowed_ptr(py, raw.cast()) }
-        .cast_into::<PyType>()
-        .expect("a type object");
-    // A first sight of the type: the attribute lookup drops an `AttributeError` (holding the
-    // type) for every type without the API, which must be released now (see `crate::attach`).
-    let info = crate::attach::releasing(|| -> BridgeResult<TypeInfo> {
-        let ndarray = crate::numpy::is_ndarray(&ty);
-        Ok(TypeInfo {
-            api: ExchangeApi::of_type(&ty)?,
-            torch: crate::torch::classify(&ty)?,
-            host_memory: ndarray,
-            numpy_fields: ndarray && crate::numpy::fields_are_readable(&ty),
-        })
-    })?;
-    let evicted = {
-        let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        if cache
-            .entries
-            .iter()
-            .flatten()
-            .any(|(ty, _)| ty.as_ptr() == raw.cast())
-        {
-            None // another thread cached it meanwhile
-        } else {
-            let slot = cache.next;
-            cache.next = (slot + 1) % SLOTS;
-            let evicted = cache.entries[slot].replace((ty.unbind(), info));
-            if evicted.is_some() {
-                GENERATION.fetch_add(1, Ordering::AcqRel);
-            }
-            evicted
-        }
-    };
-    // Released outside the lock (freeing a type may run Python code), and through `Bound`, so
-    // at once (see `crate::attach`).
-    drop(evicted.map(|(ty, _)| ty.into_bound(py)));
-    Ok(info)
 }

@@ -41,7 +41,7 @@ pub fn imports_through_fields() -> usize {
 }
 
 /// Whether `ty` is `numpy.ndarray` itself. Decided once per type (see
-/// [`crate::exchange_api::TypeInfo`]); a type whose names cannot be read is not.
+/// [`super::type_info::TypeInfo`]); a type whose names cannot be read is not.
 pub fn is_ndarray(ty: &Bound<'_, PyType>) -> bool {
     let named = |module: &str, name: &str| {
         ty.module()
@@ -163,8 +163,55 @@ struct ArrayTensor {
     strides: [i64; rsdlpack::descriptor::MAX_NDIM],
 }
 
+impl ArrayTensor {
+    /// The tensor over `head`'s memory, its strides in elements, owned by `array` (whose
+    /// reference the caller takes).
+    fn boxed(
+        array: &Bound<'_, PyAny>,
+        head: &ArrayHead,
+        element: ElementType,
+        dims: &[isize],
+        strides: &[isize],
+    ) -> Box<Self> {
+        let itemsize = element.size() as isize;
+        let mut tensor = Box::new(ArrayTensor {
+            managed: DLManagedTensorVersioned {
+                version: DLPackVersion::CURRENT,
+                manager_ctx: array.as_ptr().cast::<c_void>(),
+                deleter: Some(release_array),
+                flags: if head.flags & WRITEABLE == 0 {
+                    DlpackFlags::READ_ONLY
+                } else {
+                    DlpackFlags::empty()
+                },
+                dl_tensor: DLTensor {
+                    data: head.data.cast::<c_void>(),
+                    device: DLDevice {
+                        device_type: DLDeviceType::CPU,
+                        device_id: 0,
+                    },
+                    ndim: head.nd,
+                    dtype: element.to_dlpack(),
+                    shape: std::ptr::null_mut(),
+                    strides: std::ptr::null_mut(),
+                    byte_offset: 0,
+                },
+            },
+            shape: [0; rsdlpack::descriptor::MAX_NDIM],
+            strides: [0; rsdlpack::descriptor::MAX_NDIM],
+        });
+        for (k, (&n, &s)) in dims.iter().zip(strides).enumerate() {
+            tensor.shape[k] = n as i64;
+            tensor.strides[k] = (s / itemsize) as i64;
+        }
+        tensor.managed.dl_tensor.shape = tensor.shape.as_mut_ptr();
+        tensor.managed.dl_tensor.strides = tensor.strides.as_mut_ptr();
+        tensor
+    }
+}
+
 unsafe extern "C" {
-    // Exported by every CPython since 3.4 (see `crate::release`).
+    // Exported by every CPython since 3.4 (see `crate::python::release`).
     fn PyGILState_Check() -> c_int;
 }
 
@@ -178,7 +225,7 @@ unsafe extern "C" fn release_array(managed: *mut DLManagedTensorVersioned) {
     let tensor = unsafe { Box::from_raw(managed.cast::<ArrayTensor>()) };
     let array = tensor.managed.manager_ctx.cast::<ffi::PyObject>();
     drop(tensor);
-    // The bridge runs Python producers' deleters with the GIL held (see `crate::release`);
+    // The bridge runs Python producers' deleters with the GIL held (see `crate::python::release`);
     // like NumPy's own deleter, this one takes it should anyone else call it without.
     // SAFETY: `PyGILState_Check` may be called from any thread while Python runs, which it
     // does while a reference to one of its objects is alive.
@@ -222,38 +269,7 @@ pub unsafe fn export_directly(array: &Bound<'_, PyAny>) -> Option<ManagedTensor>
     {
         return None; // NumPy's BufferError, with its own message, from `__dlpack__`
     }
-    let mut tensor = Box::new(ArrayTensor {
-        managed: DLManagedTensorVersioned {
-            version: DLPackVersion::CURRENT,
-            manager_ctx: array.as_ptr().cast::<c_void>(),
-            deleter: Some(release_array),
-            flags: if head.flags & WRITEABLE == 0 {
-                DlpackFlags::READ_ONLY
-            } else {
-                DlpackFlags::empty()
-            },
-            dl_tensor: DLTensor {
-                data: head.data.cast::<c_void>(),
-                device: DLDevice {
-                    device_type: DLDeviceType::CPU,
-                    device_id: 0,
-                },
-                ndim: head.nd,
-                dtype: element.to_dlpack(),
-                shape: std::ptr::null_mut(),
-                strides: std::ptr::null_mut(),
-                byte_offset: 0,
-            },
-        },
-        shape: [0; rsdlpack::descriptor::MAX_NDIM],
-        strides: [0; rsdlpack::descriptor::MAX_NDIM],
-    });
-    for (k, (&n, &s)) in dims.iter().zip(strides).enumerate() {
-        tensor.shape[k] = n as i64;
-        tensor.strides[k] = (s / itemsize) as i64;
-    }
-    tensor.managed.dl_tensor.shape = tensor.shape.as_mut_ptr();
-    tensor.managed.dl_tensor.strides = tensor.strides.as_mut_ptr();
+    let tensor = ArrayTensor::boxed(array, head, element, dims, strides);
     // The tensor's reference to the array, given back by `release_array`.
     // SAFETY: the GIL is held (`array` is bound).
     unsafe { ffi::Py_INCREF(array.as_ptr()) };
@@ -293,7 +309,7 @@ fn layout_is_as_expected(py: Python<'_>) -> bool {
         let arrays: Vec<Reported<'_>> = module.getattr("probe")?.call0()?.extract()?;
         Ok(arrays.iter().all(reads_as_reported))
     };
-    crate::attach::releasing(|| reported().unwrap_or(false))
+    crate::python::attach::releasing(|| reported().unwrap_or(false))
 }
 
 /// An array and, as NumPy reports them: its data address, shape, strides (bytes), dtype

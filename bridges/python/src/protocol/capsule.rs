@@ -39,9 +39,9 @@ pub fn consume(capsule: &Bound<'_, PyAny>) -> BridgeResult<ManagedTensor> {
     } else if is_named(USED_VERSIONED) || is_named(USED_LEGACY) {
         return Err(BridgeError::ConsumedCapsule);
     } else {
-        return Err(BridgeError::Argument(format!(
-            "{capsule} is not a DLPack capsule (expected the name \"dltensor_versioned\" or \"dltensor\")"
-        )));
+        return Err(BridgeError::NotACapsule {
+            object: capsule.to_string(),
+        });
     };
     // SAFETY: the capsule is valid under `name` (checked above), so GetPointer returns its
     // non-null pointer without raising.

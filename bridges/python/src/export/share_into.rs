@@ -15,9 +15,11 @@
 //! The object must be of the type asked for (a subclass inheriting torch's table gets a plain
 //! `torch.Tensor` from it, which is refused by name).
 
+use super::roots::{self, JuliaRoot};
 use crate::error::{BridgeError, BridgeResult};
-use crate::exchange_api::{self, ExchangeApi};
-use crate::roots::{self, JuliaRoot};
+use crate::import::exchange_api::ExchangeApi;
+use crate::import::type_info::type_info_of;
+use crate::python::names;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use rsdlpack::{DeviceKind, TensorDescriptor};
@@ -31,24 +33,16 @@ pub fn share_into<'py>(
     root: JuliaRoot,
     stream: Option<usize>,
 ) -> BridgeResult<Bound<'py, PyAny>> {
-    let api = exchange_api::type_info_of(ty)?
+    let api = type_info_of(ty)?
         .api
         .filter(ExchangeApi::makes_objects)
-        .ok_or_else(|| {
-            BridgeError::Argument(format!(
-                "{} has no DLPack C exchange API that makes its objects \
-                 (__dlpack_c_exchange_api__ with managed_tensor_to_py_object_no_sync); share \
-                 with a function instead, e.g. share(A, torch.from_dlpack)",
-                type_name(ty)
-            ))
+        .ok_or_else(|| BridgeError::NoObjectMaker {
+            type_name: type_name(ty),
         })?;
     if descriptor.read_only() {
-        return Err(BridgeError::Buffer(format!(
-            "a read-only array cannot be shared into {}: its C exchange API does not promise \
-             to keep DLPack's READ_ONLY flag, so the result could be written; share a copy, or \
-             a writable array",
-            type_name(ty)
-        )));
+        return Err(BridgeError::ReadOnlyShareInto {
+            type_name: type_name(ty),
+        });
     }
     order_for_consumer(ty, api, descriptor, stream)?;
     let root_id = root.0;
@@ -61,12 +55,10 @@ pub fn share_into<'py>(
         || roots::last_released_here() == root_id,
     )?;
     if !object.is_instance(ty).unwrap_or(false) {
-        return Err(BridgeError::Argument(format!(
-            "{}'s C exchange API makes {} objects, not {0} ones; share into {1}, or share with a \
-             function",
-            type_name(ty),
-            type_name(&object.get_type())
-        )));
+        return Err(BridgeError::ObjectOfOtherType {
+            type_name: type_name(ty),
+            made: type_name(&object.get_type()),
+        });
     }
     Ok(object)
 }
@@ -94,15 +86,7 @@ fn order_for_consumer(
     Ok(unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?)
 }
 
+/// `module.qualname`, as a user writes the type.
 fn type_name(ty: &Bound<'_, PyType>) -> String {
-    let module = ty.module().map(|m| m.to_string()).unwrap_or_default();
-    let name = ty
-        .qualname()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into());
-    if module.is_empty() || module == "builtins" {
-        name
-    } else {
-        format!("{module}.{name}")
-    }
+    names::with_module(ty, true)
 }

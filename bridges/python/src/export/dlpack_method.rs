@@ -14,10 +14,13 @@
 //! The method is the type's `__dlpack__` class attribute: a method descriptor made while the
 //! type is built ([`descriptor`]), so every exporter has it from the start.
 
-use crate::exporter::Exporter;
-use crate::negotiate::ExportRequest;
-use crate::request::{VersionRequest, copy_from_python, device_from_python, stream_from_python};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use super::exporter::Exporter;
+use crate::error::BridgeError;
+use crate::protocol::request::{
+    ExportRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
+    version_from_python,
+};
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple, PyType};
@@ -81,12 +84,7 @@ unsafe extern "C" fn dlpack(
     let error = match outcome {
         Ok(Ok(capsule)) => return capsule.into_ptr(),
         Ok(Err(error)) => error,
-        Err(panic) => {
-            let what = crate::error::panic_message(&*panic);
-            PyRuntimeError::new_err(format!(
-                "internal error in RsDLPack (please report): {what}"
-            ))
-        }
+        Err(panic) => BridgeError::panic("", &*panic).into(),
     };
     error.restore(py);
     std::ptr::null_mut()
@@ -191,7 +189,7 @@ fn read_slots(names: &Bound<'_, PyTuple>) -> PyResult<Slots> {
 /// The `max_version` request, remembered for the thread's last tuple (see the module docs).
 fn version_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<VersionRequest> {
     let Some(tuple) = value.and_then(|v| v.cast_exact::<PyTuple>().ok()) else {
-        return Ok(VersionRequest::from_python(value)?);
+        return Ok(version_from_python(value)?);
     };
     // A tuple of ints never changes; one holding other objects might.
     let of_ints = |tuple: &Bound<'_, PyTuple>| {
@@ -202,7 +200,7 @@ fn version_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<VersionRequest> {
     remembered(
         &LAST_VERSION,
         tuple,
-        || Ok(VersionRequest::from_python(value)?),
+        || Ok(version_from_python(value)?),
         of_ints,
     )
 }

@@ -3,22 +3,23 @@
 //!
 //! Every `__dlpack__` call hands out a new managed tensor whose owner shares the source, so
 //! the source lives until the exporter and every consumer are done with it. Capsules nobody
-//! consumes are freed by their destructor (see [`crate::capsule`]).
+//! consumes are freed by their destructor (see [`crate::protocol::capsule`]). What each call
+//! hands out is the core's decision ([`rsdlpack::export::plan`]); this module carries it out.
 //!
-//! The type also offers the DLPack 1.3 C exchange API as the class attribute
-//! `__dlpack_c_exchange_api__` (see [`crate::exporter_api`]).
+//! The type's Python face (`__dlpack__`, `__dlpack_c_exchange_api__`, …) is in
+//! [`super::methods`], above the modules that implement it, which use the type defined here.
 
-use crate::capsule::into_capsule;
+use super::roots::JuliaRoot;
 use crate::error::BridgeResult;
-use crate::negotiate::{self, Capsule, ExportRequest, Memory, plan_export};
-use crate::request::{StreamRequest, VersionRequest};
-use crate::roots::JuliaRoot;
+use crate::protocol::capsule::into_capsule;
+use crate::protocol::request::{ExportRequest, StreamRequest, VersionRequest};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::described::{DescribingOwner, export_legacy_described, export_versioned_described};
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
+use rsdlpack::export::plan::{self, Capsule, Memory, plan_export};
 use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, TensorDescriptor};
 use std::sync::Arc;
 
@@ -114,13 +115,13 @@ impl Exporter {
         }
     }
 
-    /// What `__dlpack__` answers for `request` (see [`crate::dlpack_method`]).
+    /// What `__dlpack__` answers for `request` (see [`super::dlpack_method`]).
     pub(crate) fn dlpack<'py>(
         &self,
         py: Python<'py>,
         request: &ExportRequest,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
-        crate::release::drain(py, crate::release::Wait::No);
+        crate::python::release::drain(py, crate::python::release::Wait::No);
         self.export(py, request)
     }
 
@@ -145,9 +146,9 @@ impl Exporter {
     }
 
     /// What [`plan_export`] needs to know about the source.
-    fn facts(&self) -> negotiate::Source {
+    fn facts(&self) -> plan::Source {
         let d = self.descriptor();
-        negotiate::Source {
+        plan::Source {
             device: d.device(),
             element: d.element(),
             read_only: d.read_only(),
@@ -155,7 +156,7 @@ impl Exporter {
     }
 
     /// What `__dlpack__(max_version=(1, 3))` would hand out, as a managed tensor (for the C
-    /// exchange API, [`crate::exporter_api`]). Device memory is made ready on the legacy
+    /// exchange API, [`super::exchange_api`]). Device memory is made ready on the legacy
     /// default stream, which is what that API's `current_work_stream` reports for it.
     pub(crate) fn managed_no_sync(&self) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
         // Other memory is handed out unordered: "no_sync", the consumer orders its streams.
@@ -244,39 +245,5 @@ impl Exporter {
         } else {
             CapsuleOwner::Shared(source)
         }
-    }
-}
-
-#[pymethods]
-impl Exporter {
-    /// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`, a method that
-    /// reads its keywords itself (see [`crate::dlpack_method`]).
-    #[classattr]
-    fn __dlpack__(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-        // While the type is being built, `type_object` answers the type itself.
-        crate::dlpack_method::descriptor(&<Self as pyo3::PyTypeInfo>::type_object(py))
-    }
-
-    /// The DLPack 1.3 C exchange API of this type (see [`crate::exporter_api`]).
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-        crate::exporter_api::capsule(py)
-    }
-
-    fn __dlpack_device__(&self) -> (u32, i32) {
-        let device = self.descriptor().device().to_dlpack();
-        (device.device_type.0, device.device_id)
-    }
-
-    fn __repr__(&self) -> String {
-        let d = self.descriptor();
-        format!(
-            "rsdlpack.DLPackTensor(shape={:?}, strides={:?}, dtype={}, device={:?}, read_only={})",
-            d.shape(),
-            d.strides(),
-            d.element().julia_name(),
-            d.device(),
-            d.read_only()
-        )
     }
 }

@@ -1,6 +1,6 @@
 //! Python objects dropped where pyo3 does not count the thread as attached.
 //!
-//! The entry points' fast path (the caller holds the GIL, see `entry::with_python`) and the
+//! The entry points' fast path (the caller holds the GIL, see `c_abi::border::with_python`) and the
 //! exporter's `__dlpack__` (which Python calls directly) run under `Python::assume_attached`:
 //! the GIL is held, but pyo3 does not know it, so a `Py` or `PyErr` dropped there is only
 //! queued, to be released at pyo3's next attach — which a caller that always holds the GIL

@@ -1,17 +1,18 @@
 //! The C ABI's named values that no entry point's signature carries: what the option fields
-//! of `RsdlImportOptions`, `RsdlPlanOptions` and `RsdlArrayExport` may hold, and the numbers
-//! `rsdlpack_struct_size` knows the structs by.
+//! of `RsdlImportOptions`, `RsdlPlanOptions` and `RsdlArrayExport` may hold, and the limits
+//! the header states (the numbers `rsdlpack_struct_size` knows the structs by are
+//! [`super::sizes::RsdlStructId`]).
 //!
-//! One source for every ABI constant: these enums and consts, with [`crate::ErrorCode`], the
-//! core's [`rsdlpack::dtype::ElementCode`] and [`rsdlpack::layout::PlanKind`], are written into
-//! include/rsdlpack.h by cbindgen (`RsdlCopy` → `RSDL_COPY_IF_NEEDED`, …; cbindgen.toml lists
+//! One source for every ABI constant: these enums and consts, with [`crate::ErrorCode`],
+//! [`super::sizes::RsdlStructId`], the core's [`rsdlpack::dtype::ElementCode`] and
+//! [`rsdlpack::layout::PlanKind`], are written into include/rsdlpack.h by cbindgen (`RsdlCopy` → `RSDL_COPY_IF_NEEDED`, …; cbindgen.toml lists
 //! them). Julia's and ctypes' constants (julia/abi.jl, test/python/rsdlpack_abi.py) are
 //! generated from the header by scripts/abi_constants.py, and CI fails when the header or
 //! either file is stale (bridges/python/tests/c_header.rs, scripts/check_mirrors.py). The
 //! numbers are ABI: add values, never renumber one.
 //!
 //! The struct fields keep their plain integer types (a C enum's size is the compiler's
-//! choice): these name the values, and the tests below hold the parsers to them.
+//! choice): these name the values, and the tests beside the parsers hold them to these.
 
 /// `RsdlImportOptions.copy` and `RsdlPlanOptions.copy`: Python's `copy=` argument.
 #[repr(i32)]
@@ -74,61 +75,8 @@ pub const RSDLPACK_PLAN_ANY: i64 = -1;
 pub const RSDLPACK_RAW_CODE_BASE: u32 = 0x1_0000;
 const _: () = assert!(RSDLPACK_RAW_CODE_BASE == rsdlpack::dtype::RAW_CODE_BASE);
 
-/// The numbers `rsdlpack_struct_size` knows the structs by (Julia checks its mirrors' sizes
-/// against them when it loads the library).
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RsdlStructId {
-    ImportOptions = 0,
-    PlanOptions = 1,
-    ImportResult = 2,
-    ArrayExport = 3,
-    ShareResult = 4,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::arrays::{
-        RsdlArrayExport, RsdlImportResult, RsdlPlanOptions, RsdlShareResult, rsdlpack_struct_size,
-    };
-    use crate::entry::RsdlImportOptions;
-
-    #[test]
-    fn struct_size_numbers_its_structs_as_the_enum_does() {
-        let numbered = [
-            (RsdlStructId::ImportOptions, size_of::<RsdlImportOptions>()),
-            (RsdlStructId::PlanOptions, size_of::<RsdlPlanOptions>()),
-            (RsdlStructId::ImportResult, size_of::<RsdlImportResult>()),
-            (RsdlStructId::ArrayExport, size_of::<RsdlArrayExport>()),
-            (RsdlStructId::ShareResult, size_of::<RsdlShareResult>()),
-        ];
-        for (index, (id, size)) in numbered.into_iter().enumerate() {
-            assert_eq!(id as usize, index, "{id:?}: the ids count from 0");
-            assert_eq!(rsdlpack_struct_size(id as u32), size, "{id:?}");
-        }
-        assert_eq!(
-            rsdlpack_struct_size(numbered.len() as u32),
-            0,
-            "rsdlpack_struct_size knows a struct that RsdlStructId does not name"
-        );
-    }
-
-    #[test]
-    fn import_options_read_copy_as_the_enum_names_it() {
-        let parse = |copy: i32| {
-            RsdlImportOptions {
-                copy,
-                ..Default::default()
-            }
-            .parse()
-            .map(|request| request.copy)
-        };
-        assert_eq!(parse(RsdlCopy::IfNeeded as i32).unwrap(), None);
-        assert_eq!(parse(RsdlCopy::Never as i32).unwrap(), Some(false));
-        assert_eq!(parse(RsdlCopy::Always as i32).unwrap(), Some(true));
-        for other in [-2, 2, i32::MIN, i32::MAX] {
-            assert!(parse(other).is_err(), "copy={other}");
-        }
-    }
-}
+/// The most dims a tensor has here (`rsdlpack::MAX_NDIM`): the length of `RsdlArrayPlan`'s
+/// per-dimension arrays.
+// Repeated here for include/rsdlpack.h: cbindgen emits only this crate's constants.
+pub const RSDLPACK_MAX_NDIM: usize = 32;
+const _: () = assert!(RSDLPACK_MAX_NDIM == rsdlpack::MAX_NDIM);

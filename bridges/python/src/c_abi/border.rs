@@ -1,0 +1,124 @@
+//! Where every C entry point meets its caller.
+//!
+//! An entry point that reports errors runs its body through [`entry_point`]: panics are
+//! caught and every error becomes a return code ([`ErrorCode`], 0 on success) plus a message
+//! the caller frees with `rsdlpack_error_free`. One that cannot report (a release, a count)
+//! runs through [`quietly`], which answers a fallback on a panic. Either attaches to the
+//! interpreter through [`with_python`] (taking the GIL if the caller released it) and first
+//! drains the queue of deferred releases (see [`crate::python::release`]).
+
+use crate::error::{BridgeError, BridgeResult};
+use crate::python::release;
+use pyo3::{Bound, PyAny, Python, ffi};
+use std::ffi::{CString, c_char};
+use std::panic::{AssertUnwindSafe, UnwindSafe, catch_unwind};
+
+/// Where an entry point writes its error message: a `char**` the caller lent, or nowhere.
+#[derive(Clone, Copy)]
+struct ErrorOut(*mut *mut c_char);
+
+impl ErrorOut {
+    fn write(self, message: String) {
+        if self.0.is_null() {
+            return;
+        }
+        let message = CString::new(message.replace('\0', " ")).expect("NULs were replaced");
+        // SAFETY: non-null, and writable by the contract of `entry_point`.
+        unsafe { *self.0 = message.into_raw() };
+    }
+}
+
+/// Runs an entry point's `body`, catching panics; returns 0 or an [`ErrorCode`], with its
+/// message written to `error_out`.
+///
+/// # Safety
+/// `error_out` must be null or writable for the rest of the entry point's call.
+pub(crate) unsafe fn entry_point(
+    error_out: *mut *mut c_char,
+    body: impl FnOnce() -> BridgeResult<()>,
+) -> i32 {
+    let error_out = ErrorOut(error_out);
+    let error = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => return 0,
+        Ok(Err(error)) => error,
+        Err(panic) => BridgeError::panic("", &*panic),
+    };
+    error_out.write(error.to_string());
+    error.code() as i32
+}
+
+/// Refuses null pointers with one message naming them all (`names`, as the signature of
+/// `function` does); the first argument names the function, the second the pointers, the rest
+/// are the pointers.
+macro_rules! refuse_null {
+    ($function:expr, $names:expr, $($pointer:expr),+ $(,)?) => {
+        if $($pointer.is_null())||+ {
+            return Err($crate::error::BridgeError::NullArguments {
+                function: $function,
+                names: $names,
+            });
+        }
+    };
+}
+pub(crate) use refuse_null;
+
+/// Runs an entry point that has no way to report an error; a panic answers `fallback`.
+pub(crate) fn quietly<T>(fallback: T, body: impl FnOnce() -> T + UnwindSafe) -> T {
+    catch_unwind(body).unwrap_or(fallback)
+}
+
+/// Runs `body` attached to the interpreter, after draining the releases that waited for it.
+pub(crate) fn with_python<T>(
+    body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>,
+) -> BridgeResult<T> {
+    if release::this_thread_holds_the_gil() {
+        // The common case (Julia's PyCall and PythonCall call with the GIL held): no
+        // `PyGILState_Ensure`/`Release` pair and no pyo3 bookkeeping on each call from C
+        // (BENCHMARKS.md). pyo3 does not count this thread as attached, so a `Py` dropped
+        // here would be decref'd only at pyo3's next attach: see `crate::python::attach` for
+        // how none is left.
+        // SAFETY: this thread holds the GIL of the running interpreter (just checked; the
+        // check is exact with one interpreter, the only setup pyo3 and the GILState API
+        // support, see `this_thread_holds_the_gil`).
+        let py = unsafe { Python::assume_attached() };
+        release::drain(py, release::Wait::No);
+        let result = body(py);
+        if result.is_err() {
+            // Error paths drop exceptions (and their tracebacks) wherever they arise.
+            crate::python::attach::drain_deferred();
+        }
+        return result;
+    }
+    Python::try_attach(|py| {
+        release::drain(py, release::Wait::No);
+        body(py)
+    })
+    .unwrap_or_else(|| Err(BridgeError::InterpreterNotRunning))
+}
+
+/// [`with_python`], with `object` a `PyObject*` that the caller lends for the call.
+///
+/// # Safety
+/// `object` must be a live object for the call.
+pub(crate) unsafe fn with_object<T>(
+    object: *mut ffi::PyObject,
+    body: impl for<'py> FnOnce(&Bound<'py, PyAny>) -> BridgeResult<T>,
+) -> BridgeResult<T> {
+    with_python(|py| {
+        // SAFETY: a live object the caller lends us for the call (this function's contract).
+        let object = unsafe { Bound::from_borrowed_ptr(py, object) };
+        body(&object)
+    })
+}
+
+/// Frees a message written by an entry point. Null is ignored.
+///
+/// # Safety
+/// `message` must be null or a message from this library, not freed before.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_error_free(message: *mut c_char) {
+    if !message.is_null() {
+        // SAFETY: it came from `CString::into_raw` in `ErrorOut::write`.
+        drop(unsafe { CString::from_raw(message) });
+    }
+}

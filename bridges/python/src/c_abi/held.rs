@@ -1,0 +1,367 @@
+//! Imported tensors that Julia holds through a handle (a view or a copy from
+//! `rsdlpack_py_import_plan`), and the functions that release them.
+//!
+//! A handle is released exactly once, by one of:
+//! - [`rsdlpack_imported_copy_into`] (copies, then releases);
+//! - [`rsdlpack_imported_release`] (an explicit release: the deleter runs now when this thread
+//!   holds the GIL);
+//! - [`rsdlpack_imported_release_after`] (the same, ordered after the caller's CUDA stream too,
+//!   and reporting what failed: Julia's `unsafe_free!`);
+//! - [`rsdlpack_imported_release_later`] (for garbage-collector finalizers: it only queues, so
+//!   no Python code ever runs inside a finalizer; the next call into this library holding the
+//!   GIL, or `rsdlpack_py_flush_releases`, runs the deleter).
+//!
+//! The caller guarantees "exactly once" (Julia swaps the handle out of its owner atomically);
+//! each function consumes the handle.
+//!
+//! A CUDA tensor's release is ordered after its consumer's GPU work (see
+//! [`rsdlpack::release`]): after the stream the import named (`import_options`), and for
+//! [`rsdlpack_imported_release_after`] the caller's stream too. The explicit releases wait for
+//! that work on the calling thread before the deleter runs; the queued one records events on
+//! those streams when it is called (it does not wait), and the queue runs the deleter once
+//! they have completed.
+
+use super::border::{entry_point, quietly};
+use crate::error::{BridgeError, BridgeResult};
+use crate::protocol::request::StreamRequest;
+use crate::python::release;
+use rsdlpack::layout::IndexOrder;
+use rsdlpack::{ImportedTensor, PendingRelease};
+use std::ffi::c_char;
+
+/// An imported tensor the caller holds through a handle: its producer's memory and the index
+/// order it was planned in (which a copy needs). The handle is the tensor's own allocation
+/// ([`ImportedTensor::into_raw`], 8-aligned) with the order in the address's lowest bit, so
+/// that holding a tensor allocates nothing more.
+pub(crate) struct Held {
+    pub(crate) tensor: ImportedTensor,
+    pub(crate) order: IndexOrder,
+}
+
+impl Held {
+    const REVERSED: usize = 1;
+
+    pub(crate) fn into_handle(self) -> *mut std::ffi::c_void {
+        let tag = match self.order {
+            IndexOrder::Producer => 0,
+            IndexOrder::Reversed => Self::REVERSED,
+        };
+        self.tensor
+            .into_raw()
+            .as_ptr()
+            .map_addr(|address| address | tag)
+    }
+
+    /// # Safety
+    /// `handle` must come from [`Self::into_handle`] (through [`rsdlpack_py_import_plan`]) and
+    /// not have been consumed.
+    unsafe fn take(handle: *mut std::ffi::c_void) -> Option<Self> {
+        let order = match handle.addr() & Self::REVERSED {
+            0 => IndexOrder::Producer,
+            _ => IndexOrder::Reversed,
+        };
+        let raw = std::ptr::NonNull::new(handle.map_addr(|address| address & !Self::REVERSED))?;
+        // SAFETY: the caller's contract: an unconsumed handle, i.e. `into_raw`'s pointer.
+        let tensor = unsafe { ImportedTensor::from_raw(raw) };
+        Some(Self { tensor, order })
+    }
+}
+
+/// Copies the tensor behind `handle` into `bytes` bytes at `address` (a column-major array of
+/// the plan's dims and element type, which the caller allocated), then releases the tensor,
+/// even on error. The handle is consumed.
+///
+/// # Safety
+/// `handle` must be an unconsumed handle from [`rsdlpack_py_import_plan`]; `address` writable
+/// for `bytes` bytes (not overlapping the tensor); `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_copy_into(
+    handle: *mut std::ffi::c_void,
+    address: *mut u8,
+    bytes: usize,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    let body = || -> BridgeResult<()> {
+        // SAFETY: an unconsumed handle (this entry point's contract); consumed here.
+        let held = unsafe { Held::take(handle) }.ok_or(BridgeError::NullHandle {
+            function: "rsdlpack_imported_copy_into",
+            what: "handle",
+        })?;
+        let Held { tensor, order } = held;
+        let copied = if address.is_null() && bytes != 0 {
+            Err(BridgeError::NullHandle {
+                function: "rsdlpack_imported_copy_into",
+                what: "destination",
+            })
+        } else {
+            let destination: &mut [u8] = if bytes == 0 {
+                &mut []
+            } else {
+                // SAFETY: writable for `bytes` bytes and disjoint from the tensor (contract).
+                unsafe { std::slice::from_raw_parts_mut(address, bytes) }
+            };
+            // SAFETY: `tensor` owns its memory until released below; copy_into refuses memory
+            // the host cannot read, and nothing writes through a DLPack import during a copy.
+            unsafe { rsdlpack::copy::copy_into(tensor.descriptor(), order, destination) }
+                .map_err(BridgeError::from)
+        };
+        // Host memory (copy_into refuses any other): nothing to wait for.
+        let released = release::release_here_or_defer(tensor.into_release());
+        copied.and(released.map_err(BridgeError::from))
+    };
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    unsafe { entry_point(error_out, body) }
+}
+
+/// Releases the tensor behind `handle` now: its producer's deleter runs at once when this
+/// thread holds the GIL, else at the next call that does. A CUDA tensor's deleter runs after
+/// the work enqueued so far on the stream its import named: this thread waits for it when it
+/// holds the GIL. Null is ignored. For explicit releases (`unsafe_free!`, error paths), not for
+/// finalizers; `rsdlpack_imported_release_after` also orders after the caller's stream and
+/// reports failures.
+///
+/// # Safety
+/// `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_release(handle: *mut std::ffi::c_void) {
+    quietly((), || {
+        // SAFETY: null or an unconsumed handle (this entry point's contract); consumed here.
+        if let Some(held) = unsafe { Held::take(handle) } {
+            // Nobody to tell of a failure: the deleter has run regardless.
+            let _ = release::release_here_or_defer(held.tensor.into_release());
+        }
+    })
+}
+
+/// As [`rsdlpack_imported_release`], for a caller that used the tensor on the CUDA stream
+/// `stream` too (a DLPack stream value: 1 legacy default, 2 per-thread default, a handle, or
+/// -1 for none): a CUDA tensor's deleter runs after the work enqueued so far on both the
+/// stream its import named and `stream`; `stream` is ignored for host memory. Null is ignored.
+///
+/// The handle is consumed and the tensor released whatever happens; the return code (0, or an
+/// error code with a message) says whether the release could be ordered as asked: `stream=0`
+/// is refused (code 1; the release is still ordered after the import's stream), and a driver
+/// call that failed (no driver: code 2; a destroyed stream: code 1) leaves the deleter run
+/// after whatever could be waited for.
+///
+/// # Safety
+/// `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`]; `stream`
+/// -1, 1, 2 or a live `CUstream` of the tensor's device; `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_release_after(
+    handle: *mut std::ffi::c_void,
+    stream: i64,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    let body = || -> BridgeResult<()> {
+        // SAFETY: null or an unconsumed handle (this entry point's contract); consumed here.
+        let Some(held) = (unsafe { Held::take(handle) }) else {
+            return Ok(());
+        };
+        // SAFETY: forwarded from this entry point's contract.
+        let (release, refused) = unsafe { release_after(held.tensor, stream) };
+        let released = release::release_here_or_defer(release);
+        match refused {
+            Some(error) => Err(error.into()),
+            None => Ok(released?),
+        }
+    };
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    unsafe { entry_point(error_out, body) }
+}
+
+/// `tensor`'s release, ordered after the caller's `stream` where it names a CUDA stream, and
+/// the refusal of a `stream` value that names none (the release is made all the same).
+///
+/// # Safety
+/// `stream` must be -1, 1, 2 or a live `CUstream` of the tensor's device.
+unsafe fn release_after(
+    tensor: ImportedTensor,
+    stream: i64,
+) -> (PendingRelease, Option<rsdlpack::Error>) {
+    match StreamRequest::from_value(stream) {
+        Ok(request) => match request.cuda_handle() {
+            // SAFETY: 1, 2 or a live stream of the tensor's device (this function's contract).
+            Some(caller) => (unsafe { tensor.into_release_after(caller) }, None),
+            None => (tensor.into_release(), None),
+        },
+        Err(error) => (tensor.into_release(), Some(error)),
+    }
+}
+
+/// Queues the tensor behind `handle` for release: runs no Python code and waits for neither the
+/// GIL nor the GPU, so a finalizer may call it on any thread. A CUDA tensor gets an event
+/// recorded on the stream its import named (a driver call that does not wait). The next call
+/// into this library that holds the GIL runs the producer's deleter once that event has
+/// completed (`rsdlpack_py_flush_releases` waits for it). Null is ignored.
+///
+/// # Safety
+/// `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_release_later(handle: *mut std::ffi::c_void) {
+    quietly((), || {
+        // SAFETY: null or an unconsumed handle (this entry point's contract); consumed here.
+        if let Some(held) = unsafe { Held::take(handle) } {
+            release::defer(held.tensor.into_release());
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pyo3::Python;
+    use rsdlpack::{Device, DeviceKind, ElementType, ManagedTensor, TensorDescriptor};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts its drops: the producer's deleter ran.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A handle to 4 Float32 at a fake address on `device` (nothing reads them), remembering
+    /// `stream` as its consumer's, and its release count.
+    fn handle_on(
+        device: Device,
+        stream: StreamRequest,
+    ) -> (*mut std::ffi::c_void, Arc<AtomicUsize>) {
+        let spec =
+            TensorDescriptor::compact(0x1000, device, ElementType::Float32, &[4], true).unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let managed =
+            rsdlpack::export::export_versioned(&spec, Counted(Arc::clone(&count)), 3).unwrap();
+        let mut tensor = ImportedTensor::new(ManagedTensor::Versioned(managed)).unwrap();
+        // SAFETY: the tests that name a stream handle run without a driver, which never
+        // dereferences it.
+        unsafe { tensor.set_consumer_stream(stream) };
+        let held = Held {
+            tensor,
+            order: IndexOrder::Producer,
+        };
+        (held.into_handle(), count)
+    }
+
+    /// `rsdlpack_imported_release_after`'s code and message.
+    fn release_after(handle: *mut std::ffi::c_void, stream: i64) -> (i32, String) {
+        let mut message: *mut c_char = std::ptr::null_mut();
+        // SAFETY: an unconsumed handle (or null); `message` is writable.
+        let code = unsafe { rsdlpack_imported_release_after(handle, stream, &mut message) };
+        if message.is_null() {
+            return (code, String::new());
+        }
+        // SAFETY: a message the entry point wrote, freed once.
+        let text = unsafe { std::ffi::CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: as above.
+        unsafe { super::super::border::rsdlpack_error_free(message) };
+        (code, text)
+    }
+
+    /// Holds with and without a driver: a host tensor's release never calls the driver.
+    #[test]
+    fn release_after_releases_a_host_tensor_whatever_the_stream_and_refuses_zero() {
+        Python::attach(|_py| {
+            let host = Device::CPU;
+            let (handle, count) = handle_on(host, StreamRequest::Handle(0x1230));
+            assert_eq!(release_after(handle, 0x4560), (0, String::new()));
+            assert_eq!(
+                count.load(Ordering::SeqCst),
+                1,
+                "released now (the GIL is held)"
+            );
+            let (handle, count) = handle_on(host, StreamRequest::Omitted);
+            assert_eq!(release_after(handle, -1), (0, String::new()));
+            assert_eq!(count.load(Ordering::SeqCst), 1);
+            let (handle, count) = handle_on(host, StreamRequest::Omitted);
+            let (code, message) = release_after(handle, 0);
+            assert_eq!(code, 1, "{message}");
+            assert!(message.contains("stream=0 is disallowed"), "{message}");
+            assert_eq!(
+                count.load(Ordering::SeqCst),
+                1,
+                "released despite the refusal"
+            );
+            assert_eq!(
+                release_after(std::ptr::null_mut(), 0x4560),
+                (0, String::new())
+            );
+        });
+    }
+
+    /// Asserts what happens without a driver (CI); skipped by scripts/test.sh where one exists
+    /// (test/gpu/check_gpu.py covers these entry points there).
+    #[test]
+    fn without_a_driver_device_releases_run_the_deleter_and_the_explicit_one_says_why() {
+        assert!(
+            !rsdlpack::cuda::driver_available(),
+            "asserts the no-driver behaviour"
+        );
+        let cuda = Device {
+            kind: DeviceKind::Cuda,
+            id: 0,
+        };
+        Python::attach(|py| {
+            let (handle, count) = handle_on(cuda, StreamRequest::Handle(0x1230));
+            let (code, message) = release_after(handle, 0x4560);
+            assert_eq!(code, 2, "{message}");
+            assert!(message.starts_with("no CUDA driver"), "{message}");
+            assert_eq!(count.load(Ordering::SeqCst), 1);
+
+            let (handle, count) = handle_on(cuda, StreamRequest::Handle(0x1230));
+            // SAFETY: an unconsumed handle.
+            unsafe { rsdlpack_imported_release(handle) };
+            assert_eq!(count.load(Ordering::SeqCst), 1);
+
+            // Queued: nothing could be recorded, so nothing holds it in the queue.
+            let (handle, count) = handle_on(cuda, StreamRequest::LegacyDefault);
+            // SAFETY: an unconsumed handle.
+            unsafe { rsdlpack_imported_release_later(handle) };
+            assert_eq!(count.load(Ordering::SeqCst), 0, "only queued");
+            assert!(release::pending() >= 1);
+            release::drain(py, release::Wait::No);
+            assert_eq!(count.load(Ordering::SeqCst), 1);
+        });
+    }
+
+    fn held_tensor(data: &'static [f32; 6]) -> ImportedTensor {
+        let spec = TensorDescriptor::compact(
+            data.as_ptr() as usize,
+            Device::CPU,
+            ElementType::Float32,
+            &[2, 3],
+            true,
+        )
+        .unwrap();
+        let managed = rsdlpack::export::export_versioned(&spec, (), 3).unwrap();
+        ImportedTensor::new(ManagedTensor::Versioned(managed)).unwrap()
+    }
+
+    #[test]
+    fn a_handle_gives_back_its_tensor_and_index_order() {
+        static DATA: [f32; 6] = [0.0; 6];
+        for order in [IndexOrder::Producer, IndexOrder::Reversed] {
+            let handle = Held {
+                tensor: held_tensor(&DATA),
+                order,
+            }
+            .into_handle();
+            assert!(!handle.is_null());
+            // SAFETY: the handle was just made and is taken once.
+            let held = unsafe { Held::take(handle) }.expect("a non-null handle");
+            assert_eq!(held.order, order);
+            assert_eq!(held.tensor.descriptor().shape(), [2, 3]);
+            assert_eq!(
+                held.tensor.descriptor().first_element(),
+                DATA.as_ptr() as usize
+            );
+        }
+        // SAFETY: null is no handle.
+        assert!(unsafe { Held::take(std::ptr::null_mut()) }.is_none());
+    }
+}

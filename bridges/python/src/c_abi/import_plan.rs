@@ -1,0 +1,165 @@
+//! The one-crossing import behind Julia's `from_dlpack`: one call imports, validates once
+//! and plans, and answers with everything the caller needs in one struct. A view or a copy
+//! comes with a handle to the imported tensor, released by the functions of [`super::held`].
+
+use super::border::{entry_point, refuse_null, with_object};
+use super::held::Held;
+use super::managed::RsdlImportOptions;
+use crate::error::{BridgeError, BridgeResult};
+use crate::export::roots;
+use crate::import::import;
+use pyo3::ffi;
+use rsdlpack::ElementType;
+use rsdlpack::layout::{
+    Access, ArrayPlan, ArrayRequest, CopyPolicy, Decision, IndexOrder, Target, decide,
+};
+use std::ffi::c_char;
+
+/// What the caller wants the tensor to become (see `rsdlpack::layout::ArrayRequest`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlPlanOptions {
+    /// -1: any element type; else the `ElementType::code` the caller names.
+    pub element_code: i64,
+    /// -1: any rank; else the rank the caller names.
+    pub ndims: i64,
+    /// 0: a host array; 1: a CUDA array.
+    pub target: u32,
+    /// 0: the producer's index order; 1: reversed.
+    pub order: u32,
+    /// -1: copy when needed (`copy=nothing`); 0: never; 1: always.
+    pub copy: i32,
+    /// 1: a view of read-only memory is acceptable (the caller wraps it read-only).
+    pub readonly: u32,
+    /// 1: only a plain dense array will do (the typed forms); other layouts are copied.
+    pub dense: u32,
+    pub reserved: u32,
+}
+
+impl RsdlPlanOptions {
+    // Inlined, as `RsdlImportOptions::read`: its `Result` would come back through memory.
+    #[inline]
+    fn parse(&self) -> BridgeResult<ArrayRequest> {
+        let bad = |what: &'static str, value: i64| BridgeError::PlanOption { what, value };
+        let target = match self.target {
+            0 => Target::HostArray,
+            1 => Target::CudaArray,
+            other => return Err(bad("target (0 host, 1 CUDA)", other.into())),
+        };
+        let order = index_order(self.order)?;
+        let policy = match self.copy {
+            -1 => CopyPolicy::IfNeeded,
+            0 => CopyPolicy::Never,
+            1 => CopyPolicy::Always,
+            other => return Err(bad("copy (-1, 0 or 1)", other.into())),
+        };
+        let element = match self.element_code {
+            -1 => None,
+            code => Some(
+                u32::try_from(code)
+                    .ok()
+                    .and_then(ElementType::from_code)
+                    .ok_or_else(|| bad("element_code", code))?,
+            ),
+        };
+        let ndim = match self.ndims {
+            -1 => None,
+            n => Some(usize::try_from(n).map_err(|_| bad("ndims", n))?),
+        };
+        Ok(ArrayRequest {
+            target,
+            order,
+            policy,
+            access: if self.readonly != 0 {
+                Access::ReadOnly
+            } else {
+                Access::Writable
+            },
+            dense: self.dense != 0,
+            element,
+            ndim,
+        })
+    }
+}
+
+/// The index order a C caller names: 0 the producer's, 1 reversed.
+pub(crate) fn index_order(code: u32) -> BridgeResult<IndexOrder> {
+    match code {
+        0 => Ok(IndexOrder::Producer),
+        1 => Ok(IndexOrder::Reversed),
+        other => Err(BridgeError::BadValue {
+            name: "order",
+            expected: "0 (producer) or 1 (reversed)",
+            got: other.to_string(),
+        }),
+    }
+}
+
+/// The answer of [`rsdlpack_py_import_plan`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlImportResult {
+    pub plan: ArrayPlan,
+    /// How many Julia arrays that `share` exported were released since the caller last took
+    /// them (`rsdlpack_py_take_released_roots`); 0 means there is nothing to take.
+    pub released_roots: u64,
+}
+
+/// Imports `object` (anything with `__dlpack__`, or a capsule), validates it once and plans the
+/// array `plan_options` describes, all in one call, and writes the whole answer to `*out`.
+///
+/// When `out->plan.kind` is 0 (a view) or 2 (a copy), `out->plan.tensor` is an owned handle
+/// for the release functions of this module; for 1 (empty) it is null and nothing is held. On
+/// error nothing is held either (the producer's deleter has run) and `*out` means nothing.
+/// `import_options` may be null (no stream, device or copy request to the producer). A CUDA
+/// tensor remembers the stream `import_options` names (the legacy default stream when none; no
+/// stream for -1): its release waits for the work enqueued there.
+///
+/// # Safety
+/// `object` must be a live `PyObject*`; `plan_options` readable; `out` writable; `error_out`
+/// null or writable; a stream handle in `import_options` must be a live `CUstream` of the
+/// tensor's device until the tensor is released.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_import_plan(
+    object: *mut ffi::PyObject,
+    import_options: *const RsdlImportOptions,
+    plan_options: *const RsdlPlanOptions,
+    out: *mut RsdlImportResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    let body = || -> BridgeResult<()> {
+        refuse_null!(
+            "rsdlpack_py_import_plan",
+            "object, plan_options and out",
+            object,
+            plan_options,
+            out,
+        );
+        // SAFETY: `plan_options` is readable (checked non-null; caller's contract).
+        let request = unsafe { *plan_options }.parse()?;
+        // SAFETY: `import_options` is null or readable (caller's contract).
+        let import_request = unsafe { RsdlImportOptions::read(import_options) }?;
+        // SAFETY: `out` is writable (checked non-null; caller's contract). The plan is written
+        // in place: the struct is 1.6 KB.
+        let out = unsafe { &mut *out };
+        // SAFETY: `object` is a live object the caller lends us for the call.
+        unsafe {
+            with_object(object, |object| {
+                let tensor = import(object, &import_request)?;
+                // On error `tensor` drops here, under the GIL: its deleter runs now.
+                let decision = decide(tensor.descriptor(), &request, &mut out.plan)?;
+                out.released_roots = roots::released_count() as u64;
+                if decision != Decision::Empty {
+                    let held = Held {
+                        tensor,
+                        order: request.order,
+                    };
+                    out.plan.tensor = held.into_handle();
+                }
+                Ok(())
+            })
+        }
+    };
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    unsafe { entry_point(error_out, body) }
+}

@@ -1,0 +1,60 @@
+//! The C entry points: what Julia's `ccall` (and Python's ctypes) call, and the C ABI they
+//! define (include/rsdlpack.h is generated from these modules by cbindgen).
+//!
+//! - [`import_plan`]: `rsdlpack_py_import_plan`, import + validate + plan in one call (Julia's
+//!   `from_dlpack`), whose handles [`held`] copies and releases, now or later;
+//! - [`share`]: a Julia array exported in one call (Julia's `share`), into an exporter or a
+//!   consumer's type;
+//! - [`managed`]: one `DLManagedTensorVersioned*` in or out (`rsdlpack_py_import`,
+//!   `rsdlpack_py_export`); [`releases`]: releasing managed tensors; [`cuda`]: the driver's
+//!   services (stream descriptions, ordering);
+//! - [`values`] and [`sizes`]: the ABI's named values and struct numbers;
+//! - [`border`]: what every entry point runs through (panics caught, errors turned into a
+//!   return code and a message, the interpreter attached).
+//!
+//! The modules are declared in the order cbindgen writes their functions and constants into
+//! the header: reordering them reorders the header.
+
+pub mod values;
+
+pub mod import_plan;
+
+pub mod held;
+
+pub mod share;
+
+pub mod sizes;
+
+pub mod managed;
+
+pub mod cuda;
+
+pub mod releases;
+
+pub mod border;
+
+pub use border::rsdlpack_error_free;
+pub use cuda::{
+    rsdlpack_cuda_describe_stream, rsdlpack_cuda_driver_available, rsdlpack_cuda_order_streams,
+};
+pub use held::{
+    rsdlpack_imported_copy_into, rsdlpack_imported_release, rsdlpack_imported_release_after,
+    rsdlpack_imported_release_later,
+};
+pub use import_plan::{RsdlImportResult, RsdlPlanOptions, rsdlpack_py_import_plan};
+pub use managed::{
+    RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES, RsdlImportOptions, rsdlpack_py_export,
+    rsdlpack_py_export_with_stream, rsdlpack_py_import, rsdlpack_py_import_with_flags,
+};
+pub use releases::{
+    rsdlpack_py_flush_releases, rsdlpack_py_pending_releases, rsdlpack_tensor_release,
+};
+pub use share::{
+    RsdlArrayExport, RsdlShareResult, rsdlpack_py_share, rsdlpack_py_share_into,
+    rsdlpack_py_take_released_roots,
+};
+pub use sizes::{RsdlStructId, rsdlpack_struct_size};
+pub use values::{
+    RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY, RSDLPACK_RAW_CODE_BASE, RsdlAccess, RsdlCopy, RsdlDense,
+    RsdlIndexOrder, RsdlTarget,
+};

@@ -1,0 +1,241 @@
+//! The one-crossing export behind Julia's `share`: a Julia array described as a DLPack tensor
+//! and wrapped in an exporter object ([`rsdlpack_py_share`]) or in an object of a consumer's
+//! type ([`rsdlpack_py_share_into`]), in one call, with the ids of the Julia arrays whose
+//! consumers are done with them ([`rsdlpack_py_take_released_roots`]).
+
+use super::border::{entry_point, quietly, refuse_null, with_object, with_python};
+use super::import_plan::index_order;
+use crate::error::{BridgeError, BridgeResult};
+use crate::export::Exporter;
+use crate::export::roots::{self, JuliaRoot};
+use crate::export::share_into::share_into;
+use pyo3::{Py, ffi};
+use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
+use rsdlpack::{Device, ElementType, TensorDescriptor};
+use std::ffi::c_char;
+
+/// A Julia array to share, as `size` and `strides` describe it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlArrayExport {
+    /// Address of the array's first element.
+    pub address: usize,
+    /// `ndims` dims and strides (in elements), Julia's `size` and `strides`.
+    pub dims: *const i64,
+    pub strides: *const i64,
+    pub ndims: i64,
+    /// The id under which Julia roots the array until the consumer releases it.
+    pub root_id: u64,
+    /// For device memory: the CUDA stream its writes were enqueued on (0: none known).
+    pub stream: usize,
+    /// `ElementType::code` of the array's element type.
+    pub element_code: u32,
+    /// 0: keep Julia's index order; 1: hand out the reversed dims.
+    pub order: u32,
+    pub device_type: u32,
+    pub device_id: i32,
+    /// 1: exported with DLPack's READ_ONLY flag.
+    pub read_only: u32,
+    pub reserved: u32,
+}
+
+/// The answer of [`rsdlpack_py_share`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RsdlShareResult {
+    /// A new reference to an object with `__dlpack__` over the array.
+    pub exporter: *mut ffi::PyObject,
+    /// As in [`RsdlImportResult`].
+    pub released_roots: u64,
+}
+
+/// Describes a Julia array as a DLPack tensor owned by root `root_id` and wraps it in a new
+/// exporter object, in one call. On error nothing refers to the root (Julia unroots it when it
+/// next takes the released roots).
+///
+/// # Safety
+/// `array` readable, its `dims`/`strides` readable for `ndims` entries when `ndims > 0`; the
+/// array's memory must stay valid until root `root_id` is released; `out` writable;
+/// `error_out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_share(
+    array: *const RsdlArrayExport,
+    out: *mut RsdlShareResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    let body = || -> BridgeResult<()> {
+        refuse_null!("rsdlpack_py_share", "array and out", array, out);
+        // SAFETY: readable (checked non-null; caller's contract).
+        let array = unsafe { &*array };
+        // SAFETY: forwarded from this entry point's contract.
+        let (spec, root, stream) = unsafe { read_array(array) }?;
+        let exporter = with_python(|py| {
+            Py::new(py, Exporter::of_julia_array(spec, root, stream))
+                .map_err(|e| BridgeError::producer("creating the exporter", e))
+        })?;
+        // SAFETY: `out` is writable (checked non-null; caller's contract).
+        unsafe { out.write(share_result(exporter.into_ptr())) };
+        Ok(())
+    };
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    unsafe { entry_point(error_out, body) }
+}
+
+/// As [`rsdlpack_py_share`], but `*out`'s object is one of `type`, made by `type`'s DLPack C
+/// exchange API (`__dlpack_c_exchange_api__`'s `managed_tensor_to_py_object_no_sync`, e.g.
+/// `torch.Tensor`'s) with no Python call. Refused (nothing then refers to the root): a type
+/// without such an API, a read-only array, and an API that makes objects of another type.
+/// CUDA memory is ordered after `array.stream` on the consumer's current work stream.
+///
+/// # Safety
+/// As [`rsdlpack_py_share`]; `type` a live `PyObject*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_share_into(
+    array: *const RsdlArrayExport,
+    r#type: *mut ffi::PyObject,
+    out: *mut RsdlShareResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    let body = || -> BridgeResult<()> {
+        refuse_null!(
+            "rsdlpack_py_share_into",
+            "array, type and out",
+            array,
+            r#type,
+            out,
+        );
+        // SAFETY: readable (checked non-null; caller's contract).
+        let array = unsafe { &*array };
+        // SAFETY: forwarded from this entry point's contract.
+        let (spec, root, stream) = unsafe { read_array(array) }?;
+        // SAFETY: a live object (caller's contract), borrowed for the call.
+        let object = unsafe {
+            with_object(r#type, |ty| {
+                let ty = ty
+                    .cast::<pyo3::types::PyType>()
+                    .map_err(|_| BridgeError::NotAType {
+                        got: ty.to_string(),
+                    })?;
+                Ok(share_into(ty, &spec, root, stream)?.unbind())
+            })
+        }?;
+        // SAFETY: `out` is writable (checked non-null; caller's contract).
+        unsafe { out.write(share_result(object.into_ptr())) };
+        Ok(())
+    };
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    unsafe { entry_point(error_out, body) }
+}
+
+/// The answer of both share entry points around `object`, a new reference.
+fn share_result(object: *mut ffi::PyObject) -> RsdlShareResult {
+    RsdlShareResult {
+        exporter: object,
+        released_roots: roots::released_count() as u64,
+    }
+}
+
+/// What both share entry points read of `array`: its descriptor, its root, and the stream it
+/// was written on.
+///
+/// # Safety
+/// As [`rsdlpack_py_share`]'s contract for `array`.
+unsafe fn read_array(
+    array: &RsdlArrayExport,
+) -> BridgeResult<(Box<TensorDescriptor>, JuliaRoot, Option<usize>)> {
+    let root = JuliaRoot(array.root_id);
+    // SAFETY: forwarded from this function's contract.
+    let spec = unsafe { spec_of(array) }?;
+    Ok((spec, root, (array.stream != 0).then_some(array.stream)))
+}
+
+/// # Safety
+/// As [`rsdlpack_py_share`]'s contract for `array`.
+unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>> {
+    let element =
+        ElementType::from_code(array.element_code).ok_or(BridgeError::UnknownElementCode {
+            code: array.element_code,
+        })?;
+    let ndims = usize::try_from(array.ndims).map_err(|_| BridgeError::BadValue {
+        name: "ndims",
+        expected: "non-negative",
+        got: array.ndims.to_string(),
+    })?;
+    if ndims > rsdlpack::descriptor::MAX_NDIM {
+        return Err(BridgeError::TooManyDims { ndims });
+    }
+    if ndims > 0 {
+        refuse_null!(
+            "rsdlpack_py_share",
+            "dims and strides",
+            array.dims,
+            array.strides,
+        );
+    }
+    // SAFETY: forwarded from this function's contract.
+    let (dims, strides) = unsafe { dims_and_strides(array, ndims) }?;
+    let device = Device::from_dlpack(DLDevice {
+        device_type: DLDeviceType(array.device_type),
+        device_id: array.device_id,
+    });
+    let mut described = TensorDescriptor::boxed_from_julia_layout(
+        array.address,
+        device,
+        element,
+        dims,
+        strides,
+        index_order(array.order)?,
+    )?;
+    described.set_read_only(array.read_only != 0);
+    Ok(described)
+}
+
+/// Julia's `Int`s read in place as the `usize` dims and `isize` strides the core takes: the
+/// same 64 bits, and a non-negative `i64` means the same as a `usize`.
+///
+/// # Safety
+/// `array.dims` and `array.strides` readable for `ndims` entries during the call (non-null
+/// when `ndims > 0`).
+unsafe fn dims_and_strides(
+    array: &RsdlArrayExport,
+    ndims: usize,
+) -> BridgeResult<(&[usize], &[isize])> {
+    const _: () = assert!(size_of::<usize>() == size_of::<i64>());
+    let read = |at: *const i64| -> &[i64] {
+        if ndims == 0 {
+            &[]
+        } else {
+            // SAFETY: readable for `ndims` entries during the call (this function's contract).
+            unsafe { std::slice::from_raw_parts(at, ndims) }
+        }
+    };
+    let (dims, strides) = (read(array.dims), read(array.strides));
+    if dims.iter().fold(false, |negative, &d| negative | (d < 0)) {
+        return Err(BridgeError::NegativeDim);
+    }
+    // SAFETY: `usize` and `isize` have the size and alignment of `i64` (asserted above), every
+    // bit pattern is valid for both, and the dims are non-negative (checked above).
+    Ok(unsafe {
+        (
+            std::slice::from_raw_parts(dims.as_ptr().cast::<usize>(), ndims),
+            std::slice::from_raw_parts(strides.as_ptr().cast::<isize>(), ndims),
+        )
+    })
+}
+
+/// Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia
+/// unroots them; call again while it returns `capacity`.
+///
+/// # Safety
+/// `out` writable for `capacity` entries (or `capacity` 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_take_released_roots(out: *mut u64, capacity: usize) -> usize {
+    if out.is_null() || capacity == 0 {
+        return 0;
+    }
+    quietly(0, || {
+        // SAFETY: writable for `capacity` entries (this entry point's contract).
+        let out = unsafe { std::slice::from_raw_parts_mut(out, capacity) };
+        roots::take_released(out)
+    })
+}

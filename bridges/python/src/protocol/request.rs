@@ -1,0 +1,68 @@
+//! The DLPack protocol's arguments as typed requests. Sentinels (stream 0, -1, 1, 2; copy
+//! None/True/False) are decoded here, at the border, and never travel as bare integers.
+
+use crate::error::{BridgeError, BridgeResult};
+use pyo3::prelude::*;
+use rsdlpack::Device;
+
+pub use rsdlpack::export::plan::{ExportRequest, VersionRequest};
+pub use rsdlpack::stream::StreamRequest;
+
+/// Reads the `stream` argument (`None` or an int).
+pub fn stream_from_python(value: Option<&Bound<'_, PyAny>>) -> BridgeResult<StreamRequest> {
+    match value {
+        None => Ok(StreamRequest::Omitted),
+        Some(v) if v.is_none() => Ok(StreamRequest::Omitted),
+        Some(v) => {
+            let value = v
+                .extract::<i64>()
+                .map_err(|_| bad_value("stream", "None or an int", v))?;
+            Ok(StreamRequest::from_value(value)?)
+        }
+    }
+}
+
+/// Reads the `max_version` argument: `None` means the consumer only understands legacy
+/// capsules.
+pub fn version_from_python(value: Option<&Bound<'_, PyAny>>) -> BridgeResult<VersionRequest> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(VersionRequest::Legacy);
+    };
+    let (major, minor): (u32, u32) = value
+        .extract()
+        .map_err(|_| bad_value("max_version", "a (major, minor) tuple", value))?;
+    Ok(VersionRequest::from_pair(major, minor))
+}
+
+/// Reads a `(device_type, device_id)` tuple.
+pub fn device_from_python(value: Option<&Bound<'_, PyAny>>) -> BridgeResult<Option<Device>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let (device_type, device_id): (u32, i32) = value
+        .extract()
+        .map_err(|_| bad_value("dl_device", "a (device_type, device_id) tuple", value))?;
+    Ok(Some(Device::from_dlpack(rsdlpack::dlpark::ffi::DLDevice {
+        device_type: rsdlpack::dlpark::ffi::DLDeviceType(device_type),
+        device_id,
+    })))
+}
+
+/// Reads the tri-state `copy` argument.
+pub fn copy_from_python(value: Option<&Bound<'_, PyAny>>) -> BridgeResult<Option<bool>> {
+    match value.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(v) => v
+            .extract::<bool>()
+            .map(Some)
+            .map_err(|_| bad_value("copy", "None, True or False", v)),
+    }
+}
+
+fn bad_value(name: &'static str, expected: &'static str, got: &Bound<'_, PyAny>) -> BridgeError {
+    BridgeError::BadValue {
+        name,
+        expected,
+        got: got.to_string(),
+    }
+}
