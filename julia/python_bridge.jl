@@ -1,4 +1,4 @@
-# The Python bridge's C entry points (bridges/python/src/entry.rs), over raw PyObject pointers.
+# The Python bridge's C entry points (bridges/python/src/c_abi/), over raw PyObject pointers.
 # Both Python extensions (PyCall, PythonCall) go through these few functions, so the protocol
 # lives in one place; the extensions only convert their object types to and from pointers.
 # Must be called on the thread that may call Python (PyCall/PythonCall: the main thread).
@@ -26,7 +26,7 @@ function ImportOptions(; stream::Union{Nothing,Integer}=nothing,
                   copy_code(copy))
 end
 
-"Mirror of `RsdlPlanOptions` (bridges/python/src/arrays.rs): what the array should become."
+"Mirror of `RsdlPlanOptions` (bridges/python/src/c_abi/import_plan.rs): what the array should become."
 struct PlanOptions
     element_code::Int64   # PLAN_ANY: any
     ndims::Int64          # PLAN_ANY: any

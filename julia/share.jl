@@ -1,6 +1,6 @@
 # share: Julia arrays to Python consumers. The exported tensor roots the array in ROOTS until
 # the consumer's deleter runs; the deleter may run on any thread, so it only queues the root id
-# (in Rust, bridges/python/src/roots.rs). Every answer from the bridge says how many ids wait,
+# (in Rust, bridges/python/src/export/roots.rs). Every answer from the bridge says how many ids wait,
 # and `unroot_released!` — run then, and by `flush_releases` — drops the roots here, on a
 # Julia thread.
 

@@ -163,7 +163,7 @@ PLAN_VIEW, PLAN_EMPTY, PLAN_COPY = PLAN_KIND_VIEW, PLAN_KIND_EMPTY, PLAN_KIND_CO
 
 
 class PlanOptions(ctypes.Structure):
-    """Mirror of RsdlPlanOptions (bridges/python/src/arrays.rs)."""
+    """Mirror of RsdlPlanOptions (bridges/python/src/c_abi/import_plan.rs)."""
     _fields_ = [
         ("element_code", ctypes.c_int64),
         ("ndims", ctypes.c_int64),

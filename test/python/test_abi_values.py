@@ -2,7 +2,7 @@
 
 `RsdlCopy`, `RsdlIndexOrder`, `RsdlTarget`, `RsdlAccess`, `RsdlDense` and `RSDLPACK_PLAN_ANY`
 reach Julia and ctypes as generated constants (rsdlpack_abi.py, from include/rsdlpack.h); the
-Rust parsers of the option fields (bridges/python/src/entry.rs, arrays.rs) match on numbers. These
+Rust parsers of the option fields (bridges/python/src/c_abi/managed.rs, import_plan.rs, share.rs) match on numbers. These
 tests pass every value by its name, so a value renumbered on one side alone fails here (the
 tests elsewhere pass the numbers themselves, which pins them)."""
 

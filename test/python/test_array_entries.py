@@ -1,4 +1,4 @@
-"""The one-crossing entry points behind Julia's from_dlpack and share (bridges/python/src/arrays.rs),
+"""The one-crossing entry points behind Julia's from_dlpack and share (bridges/python/src/c_abi/import_plan.rs, held.rs, share.rs),
 called through ctypes as Julia's ccall calls them: one call imports, validates and plans; copies and
 releases consume the handle; finalizer releases only queue."""
 

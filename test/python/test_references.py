@@ -13,7 +13,7 @@ import pytest
 
 from rsdlpack_ctypes import ImportOptions
 
-# More than the per-type cache's slots (bridges/python/src/exchange_api.rs, SLOTS).
+# More than the per-type cache's slots (bridges/python/src/import/type_info.rs, SLOTS).
 EVICTING_TYPES = 9
 
 DEVICE_ANSWERS = {
