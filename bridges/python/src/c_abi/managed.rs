@@ -43,9 +43,10 @@ impl RsdlImportOptions {
     ///
     /// # Safety
     /// `options` must be null or readable.
-    // Inlined: returned through memory, the request would be reloaded wider than it was
-    // stored, a store-to-load forwarding stall on the import path (BENCHMARKS.md).
-    #[inline]
+    // Inlined, always (two callers would keep it a call): returned through memory, the
+    // request would be reloaded wider than it was stored, a store-to-load forwarding stall
+    // on the import path (BENCHMARKS.md).
+    #[inline(always)]
     pub(crate) unsafe fn read(options: *const Self) -> BridgeResult<ImportRequest> {
         // SAFETY: null or readable (this function's contract).
         unsafe { options.as_ref() }

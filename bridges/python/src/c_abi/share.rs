@@ -140,6 +140,8 @@ fn share_result(object: *mut ffi::PyObject) -> RsdlShareResult {
 ///
 /// # Safety
 /// As [`rsdlpack_py_share`]'s contract for `array`.
+// Inlined: its `Result` would come back through memory, where `spec_of`'s is a pointer.
+#[inline]
 unsafe fn read_array(
     array: &RsdlArrayExport,
 ) -> BridgeResult<(Box<TensorDescriptor>, JuliaRoot, Option<usize>)> {

@@ -259,7 +259,12 @@ pub fn check(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
 }
 
 fn check_torch(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
-    let (requires_grad, conj, neg) = flags(object, kind)?;
+    let (requires_grad, conj, neg) = match (kind, NATIVE.get(object.py()).copied().flatten()) {
+        // SAFETY: a `Plain` type's object, and the layout was checked (`NATIVE` is set only
+        // then).
+        (TorchKind::Plain, Some(native)) => unsafe { native.answers(object) },
+        _ => python_flags(object, kind)?,
+    };
     let state = if requires_grad {
         TorchState::RequiresGrad
     } else if conj {
@@ -275,10 +280,10 @@ fn check_torch(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<()> {
     })
 }
 
-/// `(requires_grad, is_conj(), is_neg())` of a torch tensor: through torch's C++ functions
-/// where this process found them, else its Python attributes (with subclass dispatch disabled
+/// `(requires_grad, is_conj(), is_neg())` of a torch tensor read through its Python
+/// attributes, where torch's C++ functions were not found (with subclass dispatch disabled
 /// for `Wrapped` types).
-fn flags(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<(bool, bool, bool)> {
+fn python_flags(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<(bool, bool, bool)> {
     let py = object.py();
     let read = |err: PyErr| {
         BridgeError::producer(
@@ -291,24 +296,19 @@ fn flags(object: &Bound<'_, PyAny>, kind: TorchKind) -> BridgeResult<(bool, bool
     };
     match kind {
         TorchKind::NotTorch => Ok((false, false, false)),
-        TorchKind::Plain => match NATIVE.get(py).copied().flatten() {
-            // SAFETY: a `Plain` type's object, and the layout was checked (`NATIVE` is set
-            // only then).
-            Some(native) => Ok(unsafe { native.answers(object) }),
-            None => {
-                let flag = |name: &Bound<'_, pyo3::types::PyString>| {
-                    call_method(object, name, &[], &[], None).and_then(|v| v.is_truthy())
-                };
-                Ok((
-                    object
-                        .getattr(pyo3::intern!(py, "requires_grad"))
-                        .and_then(|v| v.is_truthy())
-                        .map_err(read)?,
-                    flag(pyo3::intern!(py, "is_conj")).map_err(read)?,
-                    flag(pyo3::intern!(py, "is_neg")).map_err(read)?,
-                ))
-            }
-        },
+        TorchKind::Plain => {
+            let flag = |name: &Bound<'_, pyo3::types::PyString>| {
+                call_method(object, name, &[], &[], None).and_then(|v| v.is_truthy())
+            };
+            Ok((
+                object
+                    .getattr(pyo3::intern!(py, "requires_grad"))
+                    .and_then(|v| v.is_truthy())
+                    .map_err(read)?,
+                flag(pyo3::intern!(py, "is_conj")).map_err(read)?,
+                flag(pyo3::intern!(py, "is_neg")).map_err(read)?,
+            ))
+        }
         TorchKind::Wrapped => helper(py, "flags")?
             .call1((object,))
             .and_then(|f| f.extract::<(bool, bool, bool)>())
