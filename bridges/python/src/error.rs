@@ -230,6 +230,21 @@ impl TorchState {
 
 pub type BridgeResult<T> = Result<T, BridgeError>;
 
+/// Refuses null pointers with one message naming them all (`names`, as the signature of
+/// `function` does); the first argument names the function, the second the pointers, the rest
+/// are the pointers.
+macro_rules! refuse_null {
+    ($function:expr, $names:expr, $($pointer:expr),+ $(,)?) => {
+        if $($pointer.is_null())||+ {
+            return Err($crate::error::BridgeError::NullArguments {
+                function: $function,
+                names: $names,
+            });
+        }
+    };
+}
+pub(crate) use refuse_null;
+
 /// The return codes of the C entry points (0 is success); C names them `RsdlErrorCode`
 /// (`RSDL_ERROR_CODE_INVALID`, …). The numbers are ABI: never reuse one. Julia's
 /// `DLPackError` kind is the code's name in lower case (`:not_dlpack`).

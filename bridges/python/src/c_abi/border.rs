@@ -47,21 +47,6 @@ pub(crate) unsafe fn entry_point(
     error.code() as i32
 }
 
-/// Refuses null pointers with one message naming them all (`names`, as the signature of
-/// `function` does); the first argument names the function, the second the pointers, the rest
-/// are the pointers.
-macro_rules! refuse_null {
-    ($function:expr, $names:expr, $($pointer:expr),+ $(,)?) => {
-        if $($pointer.is_null())||+ {
-            return Err($crate::error::BridgeError::NullArguments {
-                function: $function,
-                names: $names,
-            });
-        }
-    };
-}
-pub(crate) use refuse_null;
-
 /// Runs an entry point that has no way to report an error; a panic answers `fallback`.
 pub(crate) fn quietly<T>(fallback: T, body: impl FnOnce() -> T + UnwindSafe) -> T {
     catch_unwind(body).unwrap_or(fallback)

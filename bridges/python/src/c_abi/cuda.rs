@@ -1,8 +1,9 @@
 //! The CUDA driver's services to Julia: whether a driver is there, what a stream is, and
 //! ordering one stream after another.
 
-use super::border::{entry_point, quietly, refuse_null};
+use super::border::{entry_point, quietly};
 use crate::error::BridgeResult;
+use crate::error::refuse_null;
 use rsdlpack::cuda::stream_info::StreamDescription;
 use std::ffi::c_char;
 

@@ -2,9 +2,10 @@
 //! and plans, and answers with everything the caller needs in one struct. A view or a copy
 //! comes with a handle to the imported tensor, released by the functions of [`super::held`].
 
-use super::border::{entry_point, refuse_null, with_object};
+use super::border::{entry_point, with_object};
 use super::held::Held;
 use super::managed::RsdlImportOptions;
+use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::roots;
 use crate::import::import;

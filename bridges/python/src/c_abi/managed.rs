@@ -2,8 +2,9 @@
 //! `DLManagedTensorVersioned*` ([`rsdlpack_py_import`]) and managed tensors exported as Python
 //! objects with `__dlpack__` ([`rsdlpack_py_export`]).
 
-use super::border::{entry_point, refuse_null, with_object, with_python};
+use super::border::{entry_point, with_object, with_python};
 use super::values::RsdlCopy;
+use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
 use crate::import::{ImportRequest, import};

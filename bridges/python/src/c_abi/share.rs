@@ -3,8 +3,9 @@
 //! type ([`rsdlpack_py_share_into`]), in one call, with the ids of the Julia arrays whose
 //! consumers are done with them ([`rsdlpack_py_take_released_roots`]).
 
-use super::border::{entry_point, quietly, refuse_null, with_object, with_python};
+use super::border::{entry_point, quietly, with_object, with_python};
 use super::import_plan::index_order;
+use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
 use crate::export::roots::{self, JuliaRoot};

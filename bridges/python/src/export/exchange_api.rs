@@ -25,7 +25,7 @@
 
 use super::allocator::managed_tensor_allocator;
 use super::exporter::Exporter;
-use crate::error::{BridgeError, BridgeResult};
+use crate::error::{BridgeError, BridgeResult, refuse_null};
 use crate::import::exchange_api::CAPSULE_NAME;
 use crate::python::names;
 use pyo3::prelude::*;
@@ -112,12 +112,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
 ) -> c_int {
     const NAME: &str = "managed_tensor_from_py_object_no_sync";
     python_side(|py| {
-        if py_object.is_null() || out.is_null() {
-            return Err(BridgeError::NullArguments {
-                function: NAME,
-                names: "py_object and out",
-            });
-        }
+        refuse_null!(NAME, "py_object and out", py_object, out);
         crate::python::release::drain(py, crate::python::release::Wait::No);
         // SAFETY: a live object the caller lends us for the call (contract).
         let object = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
@@ -138,12 +133,7 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(
 ) -> c_int {
     const NAME: &str = "dltensor_from_py_object_no_sync";
     python_side(|py| {
-        if py_object.is_null() || out.is_null() {
-            return Err(BridgeError::NullArguments {
-                function: NAME,
-                names: "py_object and out",
-            });
-        }
+        refuse_null!(NAME, "py_object and out", py_object, out);
         // SAFETY: a live object the caller lends us for the call (contract).
         let object = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
         let exporter = exporter(&object, NAME)?.get();
@@ -185,12 +175,11 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
         // Ownership first, so that every error below releases the tensor.
         // SAFETY: ownership passes to us (contract); null is refused by from_versioned_raw.
         let owned = unsafe { ManagedTensor::from_versioned_raw(tensor) }?;
-        if out_py_object.is_null() {
-            return Err(BridgeError::NullArguments {
-                function: "managed_tensor_to_py_object_no_sync",
-                names: "out_py_object",
-            });
-        }
+        refuse_null!(
+            "managed_tensor_to_py_object_no_sync",
+            "out_py_object",
+            out_py_object
+        );
         crate::python::release::drain(py, crate::python::release::Wait::No);
         // Re-wrapped so that the producer's deleter runs only under the GIL, whichever thread
         // drops the last reference to the memory.
