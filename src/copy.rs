@@ -2,15 +2,14 @@
 //!
 //! The buffer is aligned to 64 bytes because JAX copies (instead of sharing) anything less
 //! aligned, and 64 is what Julia uses for large arrays. The result's dims are the planner's
-//! result dims (see [`crate::layout::IndexOrder`]), first index fastest, so the Julia glue wraps
+//! result dims (see [`crate::dims::IndexOrder`]), first index fastest, so the Julia glue wraps
 //! it with `unsafe_wrap(Array, ptr, dims)` and nothing else. Large copies are split across
 //! rayon's threads: a contiguous one into a piece per thread, others by runs or bands of rows.
 
 use crate::descriptor::TensorDescriptor;
-use crate::dims::DimVec;
+use crate::dims::{DimVec, IndexOrder};
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
-use crate::layout::IndexOrder;
 use rayon::prelude::*;
 use std::alloc::Layout;
 use std::mem::MaybeUninit;

@@ -3,11 +3,10 @@
 //! downstream (planner, copy engine, bridges) takes the descriptor, never the raw parts.
 
 use crate::device::Device;
-use crate::dims::DimVec;
 pub use crate::dims::MAX_NDIM;
+use crate::dims::{DimVec, IndexOrder};
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
-use crate::layout::IndexOrder;
 use dlpark::DlpackFlags;
 use dlpark::ffi::{DLPackVersion, DLTensor};
 

@@ -1,4 +1,5 @@
-//! [`DimVec`]: one value per dimension, stored inline.
+//! [`DimVec`]: one value per dimension, stored inline; and [`IndexOrder`], which Julia index
+//! is which DLPack dimension.
 //!
 //! Every per-dimension list the core computes (shape, strides, a plan's parent dims, ranges and
 //! permutation) has at most [`MAX_NDIM`] entries, and importing a tensor builds several of them.
@@ -13,6 +14,17 @@ use std::ops::{Deref, DerefMut};
 
 /// The most dimensions a tensor may have here.
 pub const MAX_NDIM: usize = 32;
+
+/// Which index of the Julia array corresponds to which DLPack index. Here, below the
+/// descriptor and the planner, because both speak of it (re-exported as
+/// `rsdlpack::layout::IndexOrder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexOrder {
+    /// `R[i, j]` is DLPack element `[i-1, j-1]`: a (2, 3) torch tensor is a 2×3 Julia array.
+    Producer,
+    /// Dims reversed: a row-major (2, 3) tensor is a plain 3×2 `Array`, no wrapper type.
+    Reversed,
+}
 
 /// Up to [`MAX_NDIM`] values, inline.
 #[derive(Clone, Copy)]

@@ -35,11 +35,11 @@ mod test_support;
 
 pub use descriptor::TensorDescriptor;
 pub use device::{Device, DeviceKind};
-pub use dims::{DimVec, MAX_NDIM};
+pub use dims::{DimVec, IndexOrder, MAX_NDIM};
 pub use dtype::ElementType;
 pub use error::{Error, ErrorKind, Result};
 pub use imported::{ImportedTensor, ManagedTensor};
-pub use layout::{Access, CopyPolicy, IndexOrder, LayoutPlan, ViewPlan};
+pub use layout::{Access, CopyPolicy, LayoutPlan, ViewPlan};
 pub use release::PendingRelease;
 
 /// Re-exported so that the bridges name the same DLPack types.

@@ -8,8 +8,8 @@ use super::{DeviceContext, call};
 use crate::copy::{AlignedBuffer, materialize};
 use crate::descriptor::TensorDescriptor;
 use crate::device::Device;
+use crate::dims::IndexOrder;
 use crate::error::{Error, Result};
-use crate::layout::IndexOrder;
 use cudarc::driver::sys;
 
 /// A host copy of a device tensor: the buffer, and its descriptor (row-major compact).

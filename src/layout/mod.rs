@@ -48,18 +48,12 @@ pub use flat::{ArrayPlan, PlanKind};
 pub use planner::Decision;
 pub use target::{ArrayRequest, Target, decide, plan_for};
 
+// Defined below this module, beside `DimVec`: the descriptor speaks of it too.
+pub use crate::dims::IndexOrder;
+
 use crate::descriptor::TensorDescriptor;
 use crate::dims::DimVec;
 use crate::error::Result;
-
-/// Which index of the Julia array corresponds to which DLPack index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IndexOrder {
-    /// `R[i, j]` is DLPack element `[i-1, j-1]`: a (2, 3) torch tensor is a 2×3 Julia array.
-    Producer,
-    /// Dims reversed: a row-major (2, 3) tensor is a plain 3×2 `Array`, no wrapper type.
-    Reversed,
-}
 
 /// When a copy may be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
