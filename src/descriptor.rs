@@ -2,7 +2,7 @@
 //! becomes a [`TensorDescriptor`], checked once, before any pointer is trusted. Everything
 //! downstream (planner, copy engine, bridges) takes the descriptor, never the raw parts.
 
-use crate::device::Device;
+use crate::device::{Device, DeviceKind};
 pub use crate::dims::MAX_NDIM;
 use crate::dims::{DimVec, IndexOrder};
 use crate::dtype::ElementType;
@@ -604,10 +604,58 @@ fn byte_extent(
     (i128::from(high) - i128::from(low) <= isize::MAX as i128).then_some((low, high))
 }
 
+// Defined here rather than in `device`, which sits below `error` (its variants name devices),
+// as this check returns an error.
+impl Device {
+    /// Refuses device type 0 (never valid) and device types DLPack does not define, naming the
+    /// number: the border's check for callers that have not opted in to unknown device types.
+    /// Known device types other than CPU and CUDA pass: they are valid DLPack, refused later
+    /// (and with a different message) only where memory would be read.
+    #[inline]
+    pub fn check_known(self) -> Result<()> {
+        match DeviceKind::is_known_device_type(self.to_dlpack().device_type.0) {
+            true => Ok(()),
+            false => Err(self.unknown()),
+        }
+    }
+
+    #[cold]
+    fn unknown(self) -> Error {
+        let dl = self.to_dlpack();
+        Error::UnknownDeviceType {
+            device_type: dl.device_type.0,
+            device_id: dl.device_id,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice};
+    use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType};
+
+    #[test]
+    fn device_type_zero_and_unassigned_types_are_refused_by_number() {
+        for known in [1, 2, 3, 4, 7, 10, 13, 18] {
+            let device = Device::from_dlpack(DLDevice {
+                device_type: DLDeviceType(known),
+                device_id: 0,
+            });
+            assert!(device.check_known().is_ok(), "{known}");
+        }
+        for unknown in [0, 5, 6, 19, 1000] {
+            let device = Device::from_dlpack(DLDevice {
+                device_type: DLDeviceType(unknown),
+                device_id: 3,
+            });
+            let err = device.check_known().unwrap_err();
+            assert!(
+                matches!(err, Error::UnknownDeviceType { device_type, device_id: 3 } if device_type == unknown),
+                "{err:?}"
+            );
+            assert_eq!(err.kind(), crate::error::ErrorKind::BufferRefusal);
+        }
+    }
 
     struct Raw {
         shape: Vec<i64>,

@@ -1,6 +1,9 @@
 //! Devices a tensor can live on, and which of them this library can hand to Julia.
+//!
+//! Below `error`, whose variants name devices: the check that refuses unknown device types
+//! with an error, [`Device::check_known`], is defined with the border's other checks, in
+//! [`crate::descriptor`].
 
-use crate::error::{Error, Result};
 use dlpark::ffi::{DLDevice, DLDeviceType};
 
 /// Device types DLPack defines (dlpack.h 1.3: 1–4 and 7–18). 0 never was one; 5 and 6 were
@@ -76,27 +79,6 @@ impl Device {
         }
     }
 
-    /// Refuses device type 0 (never valid) and device types DLPack does not define, naming the
-    /// number: the border's check for callers that have not opted in to unknown device types.
-    /// Known device types other than CPU and CUDA pass: they are valid DLPack, refused later
-    /// (and with a different message) only where memory would be read.
-    #[inline]
-    pub fn check_known(self) -> Result<()> {
-        match DeviceKind::is_known_device_type(self.to_dlpack().device_type.0) {
-            true => Ok(()),
-            false => Err(self.unknown()),
-        }
-    }
-
-    #[cold]
-    fn unknown(self) -> Error {
-        let dl = self.to_dlpack();
-        Error::UnknownDeviceType {
-            device_type: dl.device_type.0,
-            device_id: dl.device_id,
-        }
-    }
-
     pub fn to_dlpack(self) -> DLDevice {
         let device_type = match self.kind {
             DeviceKind::Cpu => DLDeviceType::CPU,
@@ -128,29 +110,6 @@ mod tests {
             let device = Device { kind, id: 1 };
             assert_eq!(Device::from_dlpack(device.to_dlpack()), device);
             assert_eq!(kind.host_accessible(), host);
-        }
-    }
-
-    #[test]
-    fn device_type_zero_and_unassigned_types_are_refused_by_number() {
-        for known in [1, 2, 3, 4, 7, 10, 13, 18] {
-            let device = Device::from_dlpack(DLDevice {
-                device_type: DLDeviceType(known),
-                device_id: 0,
-            });
-            assert!(device.check_known().is_ok(), "{known}");
-        }
-        for unknown in [0, 5, 6, 19, 1000] {
-            let device = Device::from_dlpack(DLDevice {
-                device_type: DLDeviceType(unknown),
-                device_id: 3,
-            });
-            let err = device.check_known().unwrap_err();
-            assert!(
-                matches!(err, Error::UnknownDeviceType { device_type, device_id: 3 } if device_type == unknown),
-                "{err:?}"
-            );
-            assert_eq!(err.kind(), crate::error::ErrorKind::BufferRefusal);
         }
     }
 }

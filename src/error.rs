@@ -4,8 +4,8 @@
 //! them, and carry the [`ErrorKind`] across the C boundary as a number — code never parses the
 //! text.
 
+use crate::copy_reason::CopyReason;
 use crate::device::Device;
-use crate::layout::CopyReason;
 use dlpark::ffi::{DLDataType, DLDevice};
 
 /// What kind of failure an [`Error`] is: decided here, once ([`Error::kind`]), and mapped by

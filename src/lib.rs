@@ -16,6 +16,7 @@
 //! The bridges above (Python, Julia) only translate: they never decide layout or ownership.
 
 pub mod copy;
+pub mod copy_reason;
 pub mod cuda;
 pub mod described;
 pub mod descriptor;
