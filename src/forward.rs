@@ -6,7 +6,7 @@
 //! decides where it runs). [`crate::export::export_versioned`] could restate the descriptor
 //! instead, but it copies shape and strides into a new allocation and boxes its owner apart:
 //! two allocations and a copy on every import. Here the header is written into room the
-//! imported tensor's own allocation keeps for it ([`Slot`]), beside the producer's tensor and
+//! imported tensor's own allocation keeps for it (its `Slot`), beside the producer's tensor and
 //! the validated descriptor; the header's shape and strides point into that descriptor, which
 //! lives exactly as long as the header does. Forwarding allocates nothing.
 //!
@@ -17,7 +17,7 @@
 use crate::described::dl_tensor_of;
 use crate::error::Result;
 use crate::export::{claimed_minor, flags};
-use crate::imported::{Imported, ImportedTensor, ManagedTensor};
+use crate::imported::{Imported, ImportedTensor, ManagedTensor, Slot};
 use crate::release::PendingRelease;
 use dlpark::Managed;
 use dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
@@ -27,30 +27,6 @@ use std::mem::{MaybeUninit, offset_of};
 /// [`PendingRelease`] waits for the consumer's work on it, then runs the producer's deleter; a
 /// bridge may defer that instead.
 pub type Release = fn(PendingRelease);
-
-/// Room in an imported tensor's allocation for the header it is forwarded under. Unwritten
-/// until then.
-#[repr(C)]
-pub(crate) struct Slot {
-    /// First, so that the pointer a consumer hands to the deleter is the allocation's.
-    header: MaybeUninit<DLManagedTensorVersioned>,
-    release: Option<Release>,
-}
-
-impl Slot {
-    pub(crate) const EMPTY: Self = Self {
-        header: MaybeUninit::uninit(),
-        release: None,
-    };
-}
-
-// SAFETY: the header is plain data: unwritten (and never read) while the imported tensor is
-// owned, then written once when the allocation is handed on, after which only the forwarded
-// `Managed` (itself Send and Sync) reaches it. Its pointers lead to the descriptor beside it,
-// which is immutable, and to the tensor's memory, which an `ImportedTensor` already shares.
-unsafe impl Send for Slot {}
-// SAFETY: as above.
-unsafe impl Sync for Slot {}
 
 // The deleter gets the header's address and frees the allocation from it.
 const _: () = assert!(offset_of!(Imported, forwarding) == 0 && offset_of!(Slot, header) == 0);

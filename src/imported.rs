@@ -1,6 +1,6 @@
 //! Ownership of a tensor someone else produced.
 //!
-//! [`ImportedTensor`] owns a legacy or versioned managed tensor (dlpark's [`Managed`], whose
+//! [`ImportedTensor`] owns a legacy or versioned managed tensor ([`ManagedTensor`], whose
 //! drop calls the producer's deleter) together with the [`TensorDescriptor`] validated when
 //! ownership was taken. The producer's deleter therefore runs exactly once: when the
 //! `ImportedTensor` is dropped, or — if validation fails — before the constructor returns.
@@ -11,72 +11,19 @@
 //! which is right only before anyone has used it (the import's own error paths).
 
 use crate::descriptor::TensorDescriptor;
-use crate::error::{Error, Result};
+use crate::error::Result;
+// Defined in `managed`, below this module and `release` (a pending release holds one);
+// re-exported here, where it was defined before.
+pub use crate::managed::ManagedTensor;
 use crate::release::PendingRelease;
 use crate::stream::StreamRequest;
-use dlpark::Managed;
-use dlpark::dlpack::FromRawError;
-use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use dlpark::ffi::DLManagedTensorVersioned;
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 // `into_raw` promises this alignment.
 const _: () = assert!(align_of::<Imported>() >= 8);
-
-/// A managed tensor in either DLPack ABI. Dropping it calls the producer's deleter.
-pub enum ManagedTensor {
-    Legacy(Managed<DLManagedTensor>),
-    Versioned(Managed<DLManagedTensorVersioned>),
-}
-
-impl ManagedTensor {
-    /// Takes ownership of a versioned managed tensor. A tensor of another major version is
-    /// released (its deleter sits where every major version keeps it) and refused.
-    ///
-    /// # Safety
-    /// `ptr` must be null or point to a `DLManagedTensorVersioned` the caller owns and gives up;
-    /// its deleter, if any, must be callable once from any thread.
-    pub unsafe fn from_versioned_raw(ptr: *mut DLManagedTensorVersioned) -> Result<Self> {
-        // SAFETY: forwarded from this function's contract.
-        match unsafe { Managed::from_raw(ptr) } {
-            Ok(managed) => Ok(Self::Versioned(managed)),
-            Err(FromRawError::Null) => Err(Error::NullTensor),
-            Err(FromRawError::Version { source }) => Err(Error::UnsupportedVersion {
-                found: source.actual,
-                supported: source.expected,
-            }),
-            Err(_) => Err(Error::NullTensor),
-        }
-    }
-
-    /// Takes ownership of a legacy managed tensor.
-    ///
-    /// # Safety
-    /// As [`Self::from_versioned_raw`], for a `DLManagedTensor`.
-    pub unsafe fn from_legacy_raw(ptr: *mut DLManagedTensor) -> Result<Self> {
-        // SAFETY: forwarded from this function's contract; legacy tensors carry no version.
-        match unsafe { Managed::from_raw(ptr) } {
-            Ok(managed) => Ok(Self::Legacy(managed)),
-            Err(_) => Err(Error::NullTensor),
-        }
-    }
-
-    /// Validates the metadata into `descriptor` (where it already lies: see
-    /// [`TensorDescriptor::validate_into`]). The tensor stays owned by `self` whatever the
-    /// outcome.
-    #[inline]
-    fn describe_into(&self, descriptor: &mut TensorDescriptor) -> Result<()> {
-        match self {
-            // SAFETY: a `Managed` owns its tensor, whose metadata the producer keeps readable and
-            // unchanged until the deleter runs, which cannot happen while `self` is borrowed.
-            Self::Legacy(m) => unsafe { descriptor.validate_into(m.tensor(), None, m.flags()) },
-            // SAFETY: as above.
-            Self::Versioned(m) => unsafe {
-                descriptor.validate_into(m.tensor(), Some(m.version()), m.flags())
-            },
-        }
-    }
-}
 
 /// An owned, validated foreign tensor.
 pub struct ImportedTensor(Box<Imported>);
@@ -88,7 +35,7 @@ pub struct ImportedTensor(Box<Imported>);
 /// tensor is then this same allocation, and forwarding allocates nothing.
 #[repr(C)]
 pub(crate) struct Imported {
-    pub(crate) forwarding: crate::forward::Slot,
+    pub(crate) forwarding: Slot,
     pub(crate) managed: ManagedTensor,
     pub(crate) descriptor: TensorDescriptor,
     /// The `CUstream` the consumer works on the tensor on
@@ -96,12 +43,39 @@ pub(crate) struct Imported {
     pub(crate) consumer_stream: Option<usize>,
 }
 
+/// Room in an imported tensor's allocation for the header it is forwarded under
+/// ([`crate::forward`], which writes and reads it), and for the release that header's deleter
+/// hands the producer's tensor to. Unwritten until then. Defined here, with the allocation it
+/// is part of, so that this module does not reach up into `forward`.
+#[repr(C)]
+pub(crate) struct Slot {
+    /// First, so that the pointer a consumer hands to the deleter is the allocation's.
+    pub(crate) header: MaybeUninit<DLManagedTensorVersioned>,
+    /// A [`crate::forward::Release`].
+    pub(crate) release: Option<fn(PendingRelease)>,
+}
+
+impl Slot {
+    pub(crate) const EMPTY: Self = Self {
+        header: MaybeUninit::uninit(),
+        release: None,
+    };
+}
+
+// SAFETY: the header is plain data: unwritten (and never read) while the imported tensor is
+// owned, then written once when the allocation is handed on, after which only the forwarded
+// `Managed` (itself Send and Sync) reaches it. Its pointers lead to the descriptor beside it,
+// which is immutable, and to the tensor's memory, which an `ImportedTensor` already shares.
+unsafe impl Send for Slot {}
+// SAFETY: as above.
+unsafe impl Sync for Slot {}
+
 impl ImportedTensor {
     /// Validates `managed`; on error it is dropped (its deleter runs) before returning.
     #[inline]
     pub fn new(managed: ManagedTensor) -> Result<Self> {
         let mut imported = Box::new(Imported {
-            forwarding: crate::forward::Slot::EMPTY,
+            forwarding: Slot::EMPTY,
             managed,
             descriptor: TensorDescriptor::empty(),
             consumer_stream: None,
@@ -119,7 +93,7 @@ impl ImportedTensor {
     /// crate built from that descriptor ([`crate::forward::forward_owned`]).
     pub(crate) fn restating(managed: ManagedTensor, descriptor: TensorDescriptor) -> Self {
         Self(Box::new(Imported {
-            forwarding: crate::forward::Slot::EMPTY,
+            forwarding: Slot::EMPTY,
             managed,
             descriptor,
             consumer_stream: None,
@@ -215,6 +189,7 @@ impl ImportedTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::test_support::{CountingOwner, counted_versioned};
 
     #[test]
@@ -240,29 +215,5 @@ mod tests {
             Err(Error::NegativeDimension { .. })
         ));
         assert_eq!(CountingOwner::releases(&count), 1);
-    }
-
-    #[test]
-    fn deleter_runs_once_when_the_major_version_is_foreign() {
-        let (raw, count) = counted_versioned(&[2], &[1]);
-        // SAFETY: `raw` is a live tensor we own; only its version field changes.
-        unsafe { (*raw).version.major = 2 };
-        // SAFETY: handed over.
-        let result = unsafe { ManagedTensor::from_versioned_raw(raw) };
-        assert!(matches!(
-            result,
-            Err(Error::UnsupportedVersion {
-                found: 2,
-                supported: 1
-            })
-        ));
-        assert_eq!(CountingOwner::releases(&count), 1);
-    }
-
-    #[test]
-    fn null_is_refused() {
-        // SAFETY: null is explicitly allowed by the contract.
-        let result = unsafe { ManagedTensor::from_versioned_raw(std::ptr::null_mut()) };
-        assert!(matches!(result, Err(Error::NullTensor)));
     }
 }

@@ -28,6 +28,7 @@ pub mod export;
 pub mod forward;
 pub mod imported;
 pub mod layout;
+pub mod managed;
 pub mod release;
 pub mod stream;
 

@@ -30,7 +30,7 @@ use crate::cuda::fence::ReleaseFence;
 use crate::descriptor::TensorDescriptor;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::imported::ManagedTensor;
+use crate::managed::ManagedTensor;
 use std::sync::OnceLock;
 
 /// The environment variable that turns release ordering off, for the GPU check's negative case.
