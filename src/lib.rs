@@ -1,9 +1,12 @@
 //! RsDLPack core: everything about DLPack tensors that can be decided without Python or Julia.
 //!
-//! - [`imported`]: owning a tensor someone else produced (the producer's deleter runs once);
+//! - [`imported`]: owning a tensor someone else produced (the producer's deleter runs once;
+//!   [`managed`]: the producer's managed tensor itself, in either DLPack ABI);
 //! - [`descriptor`]: validating its metadata once, at the border;
-//! - [`dtype`] and [`device`]: what its elements and memory are, in Julia terms;
-//! - [`layout`]: how any shape and strides become a zero-copy Julia array, or why not;
+//! - [`dtype`] and [`device`]: what its elements and memory are, in Julia terms; [`dims`]:
+//!   per-dimension lists and which Julia index is which dimension;
+//! - [`layout`]: how any shape and strides become a zero-copy Julia array, or why not
+//!   ([`copy_reason`]);
 //! - [`copy`]: a fresh column-major copy when a view is impossible or a copy is asked for;
 //! - [`export`]: a managed tensor over memory owned elsewhere; [`forward`]: an imported tensor
 //!   handed on with a deleter of ours, its metadata not copied; [`described`]: an export whose
@@ -14,6 +17,8 @@
 //! - [`release`]: an imported tensor's deleter ordered after its consumer's GPU work.
 //!
 //! The bridges above (Python, Julia) only translate: they never decide layout or ownership.
+//! Inside the crate, too, modules only depend downwards (`scripts/module_cycles.py` checks it;
+//! the order is in docs/src/architecture.md).
 
 pub mod copy;
 pub mod copy_reason;
