@@ -25,19 +25,17 @@ const ERROR_KINDS = Dict{Int32,Symbol}(ERROR_CODE_INVALID => :invalid, ERROR_COD
 
 error_kind(code::Integer) = get(ERROR_KINDS, Int32(code), :internal)
 
-# The jlrs bridge reports core errors as "[kind] message" (bridges/julia/src/errors.rs);
-# jlrs prefixes its exception messages with "Exception: ".
-function native_error(message::AbstractString)
-    m = match(r"^(?:Exception: )?\[(buffer|invalid|resource|internal)\] (.*)$"s, message)
-    return m === nothing ? DLPackError(:invalid, message) : DLPackError(Symbol(m[1]), m[2])
-end
+# The jlrs bridge throws each of its errors as `(code, message)` (bridges/julia/src/errors.rs):
+# an RsdlErrorCode, mapped to its kind as the Python bridge's return codes are, and the core's
+# message. Nothing is parsed out of the text.
+native_error(code::Integer, message::AbstractString) = DLPackError(error_kind(code), message)
 
-# Runs `f`, turning the jlrs bridge's exceptions (JlrsCore.JlrsError) into DLPackError.
+# Runs `f`, turning the jlrs bridge's errors into DLPackError; anything else is rethrown as is.
 function rethrowing_native(f)
     try
         return f()
     catch e
-        e isa JlrsCore.JlrsError && throw(native_error(e.msg))
+        e isa Tuple{Int32,String} && throw(native_error(e...))
         rethrow()
     end
 end

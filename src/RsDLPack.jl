@@ -21,7 +21,6 @@ module RsDLPack
 # the linter checks imports against Project.toml (scripts/fatou-package.toml).
 
 import BFloat16s
-import JlrsCore
 import Libdl
 import Preferences
 import Scratch

@@ -16,11 +16,19 @@ end
     @test RsDLPack.index_order_code(:reversed) == 0x01
     @test_throws ArgumentError RsDLPack.index_order_code(:sideways)
     @test RsDLPack.copy_code(nothing) == -1 && RsDLPack.copy_code(true) == 1 && RsDLPack.copy_code(false) == 0
-    e = RsDLPack.native_error("[buffer] a zero-copy view is impossible")
+    # The jlrs bridge's errors: a code (its kind) and the message, never parsed.
+    e = RsDLPack.native_error(RsDLPack.ERROR_CODE_BUFFER, "a zero-copy view is impossible")
     @test e.kind == :buffer && e.message == "a zero-copy view is impossible"
-    @test RsDLPack.native_error("plain").kind == :invalid
-    jlrs_style = RsDLPack.native_error("Exception: [buffer] read-only")  # as jlrs formats it
-    @test jlrs_style.kind == :buffer && jlrs_style.message == "read-only"
+    plain = RsDLPack.native_error(RsDLPack.ERROR_CODE_INVALID, "[buffer] plain")
+    @test plain.kind == :invalid && plain.message == "[buffer] plain"
+    thrown = try  # as jlrs throws it (bridges/julia/src/errors.rs)
+        RsDLPack.rethrowing_native(() -> throw((RsDLPack.ERROR_CODE_BUFFER, "read-only")))
+    catch err
+        err
+    end
+    @test thrown isa DLPackError && thrown.kind == :buffer && thrown.message == "read-only"
+    @test_throws ArgumentError RsDLPack.rethrowing_native(() -> throw(ArgumentError("not ours")))
+    @test RsDLPack.rethrowing_native(() -> 7) == 7
     @test RsDLPack.error_kind(2) == :buffer && RsDLPack.error_kind(77) == :internal
     @test sprint(showerror, DLPackError(:invalid, "x")) == "DLPackError (invalid): x"
     o = RsDLPack.ImportOptions(; stream=5, device=(2, 1), copy=false)

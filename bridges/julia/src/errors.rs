@@ -1,20 +1,91 @@
-//! Errors for Julia: jlrs turns a returned `JlrsError` into a `JlrsCore.JlrsError` exception,
-//! whose message the Julia glue (julia/errors.jl) turns into a `DLPackError`.
+//! Errors for Julia: a code and a message, never text to parse.
+//!
+//! Each exported function returns `Result<T, ValueRet>`: jlrs returns the `T`, or throws the
+//! error value. That value is the tuple `(code::Int32, message::String)`: the code is an
+//! `RsdlErrorCode` (include/rsdlpack.h), the number the Python bridge's C entry points return
+//! for the same kind of failure, and the message is the core's, unchanged. The Julia glue
+//! (`rethrowing_native`, julia/errors.jl) turns it into a `DLPackError` whose kind it maps from
+//! the code with `error_kind`, as it does the Python bridge's return codes. (A `JlrsResult`
+//! error would reach Julia as a `JlrsCore.JlrsError` holding text only.)
 
-use jlrs::error::JlrsError;
+use jlrs::data::layout::tuple::Tuple;
+use jlrs::data::managed::value::ValueRet;
+use jlrs::prelude::*;
+use jlrs::weak_handle_unchecked;
+use rsdlpack::ErrorKind;
 
-pub(crate) fn error(message: impl Into<String>) -> Box<JlrsError> {
-    JlrsError::exception(message.into()).into()
+/// The `RsdlErrorCode` numbers of the failures this bridge reports (the Python bridge's
+/// `ErrorCode` defines them; scripts/check_mirrors.py holds these to include/rsdlpack.h). The
+/// Python-only codes (`NotDlpack`, `Producer`) have no use here.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorCode {
+    /// Bad input (`:invalid`).
+    Invalid = 1,
+    /// Cannot be done as asked (`:buffer`).
+    Buffer = 2,
+    /// Memory could not be had (`:resource`).
+    Resource = 5,
+    /// A bug in RsDLPack (`:internal`).
+    Internal = 99,
 }
 
-/// A core error for Julia: `[kind] message`, the prefix naming the `DLPackError` kind that
-/// `Error::kind` decided (julia/errors.jl parses it).
-pub(crate) fn core_error(e: rsdlpack::Error) -> Box<JlrsError> {
-    let kind = match e.kind() {
-        rsdlpack::ErrorKind::InvalidInput => "invalid",
-        rsdlpack::ErrorKind::BufferRefusal => "buffer",
-        rsdlpack::ErrorKind::Resource => "resource",
-        rsdlpack::ErrorKind::Internal => "internal",
-    };
-    error(format!("[{kind}] {e}"))
+impl From<ErrorKind> for ErrorCode {
+    fn from(kind: ErrorKind) -> Self {
+        match kind {
+            ErrorKind::InvalidInput => Self::Invalid,
+            ErrorKind::BufferRefusal => Self::Buffer,
+            ErrorKind::Resource => Self::Resource,
+            ErrorKind::Internal => Self::Internal,
+        }
+    }
+}
+
+/// A failure on its way to Julia.
+#[derive(Debug)]
+pub(crate) struct BridgeError {
+    code: ErrorCode,
+    message: String,
+}
+
+impl BridgeError {
+    /// Bad input found here, in the bridge.
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self {
+            code: ErrorCode::Invalid,
+            message: message.into(),
+        }
+    }
+
+    /// A core error, with the code of the kind the core decided (`Error::kind`).
+    pub(crate) fn core(error: rsdlpack::Error) -> Self {
+        Self {
+            code: error.kind().into(),
+            message: error.to_string(),
+        }
+    }
+
+    /// The value jlrs throws: `(code::Int32, message::String)`, not rooted, so it must be
+    /// returned to jlrs at once (the glue `julia_module!` generates throws it before anything
+    /// else runs, as it does the exception it builds for a `JlrsResult` error).
+    fn into_julia(self) -> ValueRet {
+        // SAFETY: only the functions of the `julia_module!` manifest call this, on their way
+        // back to Julia, which called them: the thread is a Julia thread in the GC-unsafe
+        // state, as jlrs assumes when it builds the exception of a `JlrsResult` error.
+        let julia = unsafe { weak_handle_unchecked!() };
+        julia.local_scope::<_, 3>(|mut frame| {
+            let code = Value::new(&mut frame, self.code as i32);
+            let message = JuliaString::new(&mut frame, &self.message).as_value();
+            // Building a two-element tuple throws nothing short of running out of memory; if
+            // it did, that exception is what Julia gets.
+            match Tuple::new(&mut frame, [code, message]) {
+                Ok(tuple) | Err(tuple) => tuple.leak(),
+            }
+        })
+    }
+}
+
+/// `result` as the exported functions return it: the value, or the error for jlrs to throw.
+pub(crate) fn to_julia<T>(result: Result<T, BridgeError>) -> Result<T, ValueRet> {
+    result.map_err(BridgeError::into_julia)
 }

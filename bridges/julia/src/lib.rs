@@ -6,8 +6,9 @@
 //! plans in one call that the Julia glue makes directly (`rsdlpack_py_import_plan`), so each
 //! user call crosses into Rust once.
 //!
-//! Everything here runs with `panic = "abort"`: inputs are checked and errors are returned as
-//! `JlrsResult`, which jlrs turns into a `JlrsCore.JlrsError` carrying the core's message.
+//! Everything here runs with `panic = "abort"`: inputs are checked and errors are returned,
+//! as a code and the core's message that jlrs throws and the Julia glue turns into a
+//! `DLPackError` (see [`errors`]).
 
 mod errors;
 mod stream;
@@ -19,7 +20,7 @@ use stream::{new_stream_object, stream_context, stream_device};
 julia_module! {
     become rsdlpack_julia_init;
 
-    fn stream_context(handle: usize) -> JlrsResult<usize>;
-    fn stream_device(handle: usize) -> JlrsResult<i32>;
-    fn new_stream_object(stream_type: DataType, handle: Value<'_, 'static>, context: Value<'_, 'static>) -> JlrsResult<ValueRet>;
+    fn stream_context(handle: usize) -> Result<usize, ValueRet>;
+    fn stream_device(handle: usize) -> Result<i32, ValueRet>;
+    fn new_stream_object(stream_type: DataType, handle: Value<'_, 'static>, context: Value<'_, 'static>) -> Result<ValueRet, ValueRet>;
 }

@@ -9,26 +9,26 @@
 //! the type at run time, fields are filled by name, and every value is checked against its
 //! field's type before the object is built.
 
-use crate::errors::{core_error, error};
+use crate::errors::{BridgeError, to_julia};
 use jlrs::data::managed::value::ValueRet;
 use jlrs::prelude::*;
 use jlrs::weak_handle;
 use rsdlpack::cuda::stream_info::StreamDescription;
 
-fn describe(handle: usize) -> JlrsResult<StreamDescription> {
+fn describe(handle: usize) -> Result<StreamDescription, BridgeError> {
     // SAFETY: the only caller is Julia's `RsDLPack.unsafe_cuda_stream(handle)`, whose documented
     // contract is that `handle` is a live CUstream (aliases 0, 1, 2 are refused here).
-    unsafe { rsdlpack::cuda::stream_info::describe_stream(handle) }.map_err(core_error)
+    unsafe { rsdlpack::cuda::stream_info::describe_stream(handle) }.map_err(BridgeError::core)
 }
 
 /// The `CUcontext` of the stream `handle`, as an address.
-pub fn stream_context(handle: usize) -> JlrsResult<usize> {
-    Ok(describe(handle)?.context)
+pub fn stream_context(handle: usize) -> Result<usize, ValueRet> {
+    to_julia(describe(handle).map(|stream| stream.context))
 }
 
 /// The device ordinal of the stream `handle`.
-pub fn stream_device(handle: usize) -> JlrsResult<i32> {
-    Ok(describe(handle)?.device)
+pub fn stream_device(handle: usize) -> Result<i32, ValueRet> {
+    to_julia(describe(handle).map(|stream| stream.device))
 }
 
 /// Builds an instance of `stream_type` (CUDA.jl's `CuStream`) from a `CUstream` value and a
@@ -39,15 +39,22 @@ pub fn new_stream_object(
     stream_type: DataType,
     handle: Value<'_, 'static>,
     context: Value<'_, 'static>,
-) -> JlrsResult<ValueRet> {
+) -> Result<ValueRet, ValueRet> {
+    to_julia(build_stream_object(stream_type, handle, context))
+}
+
+fn build_stream_object(
+    stream_type: DataType,
+    handle: Value<'_, 'static>,
+    context: Value<'_, 'static>,
+) -> Result<ValueRet, BridgeError> {
     let count = stream_type.n_fields().unwrap_or(0) as usize;
     let names: Vec<&str> = (0..count)
         .map(|i| stream_type.field_name_str(i).unwrap_or("?"))
         .collect();
     if !(names.contains(&"handle") && names.contains(&"ctx")) {
-        return Err(error(format!(
-            "[invalid] CuStream has fields {names:?}; RsDLPack needs `handle` and `ctx` \
-             (CUDA.jl 5.0-6.x)"
+        return Err(BridgeError::invalid(format!(
+            "CuStream has fields {names:?}; RsDLPack needs `handle` and `ctx` (CUDA.jl 5.0-6.x)"
         )));
     }
     match weak_handle!() {
@@ -68,7 +75,7 @@ pub fn new_stream_object(
                         .is_some_and(|ty| value.isa(ty))
                     {
                         return Err(format!(
-                            "[invalid] cannot fill CuStream field `{name}` (index {index})"
+                            "cannot fill CuStream field `{name}` (index {index})"
                         ));
                     }
                     values.push(value);
@@ -79,8 +86,8 @@ pub fn new_stream_object(
                 let object = unsafe { stream_type.instantiate_unchecked(&mut frame, values) };
                 Ok(object.leak())
             })
-            .map_err(error),
-        Err(_) => Err(error(
+            .map_err(BridgeError::invalid),
+        Err(_) => Err(BridgeError::invalid(
             "new_stream_object must be called from a Julia thread",
         )),
     }
