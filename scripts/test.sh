@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust core, Python bridge against real NumPy/JAX (embedded and through
 # ctypes), the C header (current, and its Julia and ctypes mirrors), the module layering of the
-# core and the jlrs bridge (no cycles), a simulated Pkg install from a read-only copy, the jlrs
+# core and the bridges (no cycles), a simulated Pkg install from a read-only copy, the jlrs
 # bridge type-check, every .jl file parsed and linted, and the Julia suite where Julia is.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -15,8 +15,8 @@ cargo clippy --quiet --workspace --all-targets --features rsdlpack-python/embed 
 echo "== C header: the Julia and ctypes mirrors against include/rsdlpack.h (the header itself: cargo test, c_header)"
 "$VENV/bin/python" scripts/check_mirrors.py
 
-echo "== module cycles: inside the core and the jlrs bridge, modules only depend downwards"
-"$VENV/bin/python" scripts/module_cycles.py src bridges/julia/src
+echo "== module cycles: inside the core and each bridge, modules only depend downwards"
+"$VENV/bin/python" scripts/module_cycles.py src bridges/python/src bridges/julia/src
 
 echo "== Rust tests: core, and the Python bridge with an embedded interpreter"
 # Tests named without_a_driver_* assert what happens without a CUDA driver; where a driver
