@@ -12,27 +12,42 @@ const SCAN_STEPS: u64 = 8;
 
 /// The least divisor of `n` that is at least `bound` (`1 ≤ bound ≤ n`), when a few divisions
 /// find it; `None` when they do not (factor `n` then).
+#[cfg(test)]
 pub(crate) fn least_by_scan(n: u64, bound: u64) -> Option<u64> {
+    least_and_cofactor_by_scan(n, bound).map(|(divisor, _)| divisor)
+}
+
+/// [`least_by_scan`] with the divisor's cofactor `n / divisor`, which each successful trial
+/// division yields anyway and the caller would otherwise divide again for.
+pub(crate) fn least_and_cofactor_by_scan(n: u64, bound: u64) -> Option<(u64, u64)> {
     debug_assert!(1 <= bound && bound <= n);
     // Every divisor below `n` is at most `n / 2`.
     if bound > n / 2 {
-        return Some(n);
+        return Some((n, 1));
     }
     // A divisor `d ≥ bound` has the cofactor `n / d ≤ most`; the least has the largest. Scanning
     // divisors up from `bound` and cofactors down from `most` in turn, the first hit either way
     // is the least divisor.
     let most = n / bound;
+    // `bound` itself (a tight parent) is settled by the division that gave `most`.
+    if most * bound == n {
+        return Some((bound, most));
+    }
     for i in 0..SCAN_STEPS.min(most - 1) {
         let (up, down) = (bound + i, most - i);
-        if n.is_multiple_of(up) {
-            return Some(up);
+        if i > 0 {
+            let cofactor = n / up;
+            if cofactor * up == n {
+                return Some((up, cofactor));
+            }
         }
-        if n.is_multiple_of(down) {
-            return Some(n / down);
+        let divisor = n / down;
+        if divisor * down == n {
+            return Some((divisor, down));
         }
     }
     // Every cofactor from `most` down to 2 failed: only `n` itself is left.
-    (most - 1 <= SCAN_STEPS).then_some(n)
+    (most - 1 <= SCAN_STEPS).then_some((n, 1))
 }
 
 /// A prime factor and its exponent.
@@ -320,6 +335,13 @@ mod tests {
             settled > 10 * declined,
             "{settled} settled, {declined} declined"
         );
+        for n in 1..=600u64 {
+            for bound in 1..=n {
+                if let Some((d, cofactor)) = least_and_cofactor_by_scan(n, bound) {
+                    assert_eq!(d * cofactor, n, "least_and_cofactor_by_scan({n}, {bound})");
+                }
+            }
+        }
         // Large values: a bound above half, and a half and a third of the value.
         let big = 6 * 1_000_000_007u64;
         assert_eq!(least_by_scan(big, big / 2 + 1), Some(big));

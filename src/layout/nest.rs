@@ -40,30 +40,67 @@ pub(crate) struct Link {
 
 /// Writes the parent strides for `links` (sorted by stride) into `out` (one per link), or
 /// says that no dense parent holds them (`out` then holds no meaning).
+#[cfg(test)]
 pub(crate) fn nest(links: &[Link], out: &mut [u64]) -> Result<(), CopyReason> {
+    nest_with_last_step(links, out).map(|_| ())
+}
+
+/// [`nest`], returning the last link's step in its parent dim (its stride over the last parent
+/// stride; 1 with no links): the search mostly finds it as a by-product, sparing the caller a
+/// division.
+pub(crate) fn nest_with_last_step(links: &[Link], out: &mut [u64]) -> Result<u64, CopyReason> {
     debug_assert_eq!(links.len(), out.len());
-    if tight_chain(links, out).is_some() {
-        return Ok(());
+    if let [first, last] = *links {
+        return nest_two(first, last, out);
+    }
+    if let Some(step) = tight_chain(links, out) {
+        return Ok(step);
     }
     gcd_chain(links, out).ok_or(CopyReason::NoNest)?;
     lower_the_last_stride(links, out);
-    Ok(())
+    Ok(links
+        .last()
+        .map_or(1, |last| last.stride / out[links.len() - 1]))
 }
 
-/// The chain that ends the parent at the tensor's last element, if admissible.
-fn tight_chain(links: &[Link], out: &mut [u64]) -> Option<()> {
-    let mut span = 1u64;
+/// Two links (a stepped 2-d view): `P = [1, d]` for the least divisor `d` of the second stride
+/// that holds the first link's range. The tight chain is that divisor when admissible, and the
+/// gcd chain holds exactly when the second stride does, so one scan settles all three steps.
+fn nest_two(first: Link, last: Link, out: &mut [u64]) -> Result<u64, CopyReason> {
+    let bound = (first.len - 1)
+        .checked_mul(first.stride)
+        .and_then(|reach| reach.checked_add(1))
+        .filter(|&bound| bound <= last.stride)
+        .ok_or(CopyReason::NoNest)?;
+    out[0] = 1;
+    if let Some((divisor, step)) = divisors::least_and_cofactor_by_scan(last.stride, bound) {
+        out[1] = divisor;
+        return Ok(step);
+    }
+    out[1] = last.stride;
+    lower_by_divisors(&[first, last], bound, out);
+    Ok(last.stride / out[1])
+}
+
+/// The chain that ends the parent at the tensor's last element, if admissible, and the last
+/// link's step in it.
+fn tight_chain(links: &[Link], out: &mut [u64]) -> Option<u64> {
+    let (mut span, mut step) = (1u64, 1u64);
     for (j, link) in links.iter().enumerate() {
         // Equal in a dense tensor: no division then.
-        if link.stride != span && !link.stride.is_multiple_of(span) {
-            return None;
+        step = 1;
+        if link.stride != span {
+            step = link.stride / span;
+            if step * span != link.stride {
+                return None;
+            }
         }
         out[j] = span;
         if j + 1 < links.len() {
             span = (link.len - 1).checked_mul(link.stride)?.checked_add(span)?;
         }
     }
-    Some(())
+    Some(step)
 }
 
 /// `P₀ = 1`, `Pⱼ = gcd(sⱼ, …)`; `None` when even these do not hold the ranges.
@@ -92,7 +129,8 @@ fn gcd_chain(links: &[Link], out: &mut [u64]) -> Option<()> {
 ///
 /// `P_last` is a divisor of the last stride at least `1 + Σ (nⱼ - 1)·sⱼ` over the other links:
 /// the least such divisor is a lower bound, reached at once when it is the stride itself (the
-/// gcd chain is then least) or when there are two links (`P₀ = 1` divides every divisor).
+/// gcd chain is then least) or when there are two links (`P₀ = 1` divides every divisor; those
+/// take [`nest_two`] and never come here).
 /// A short scan finds that divisor for real strides; the rest factor the stride, and a
 /// [`Lattice`] search finds the least chain.
 fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
@@ -107,9 +145,8 @@ fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
     if bound > last.stride {
         return;
     }
-    match divisors::least_by_scan(last.stride, bound) {
+    match divisors::least_and_cofactor_by_scan(last.stride, bound).map(|(lowest, _)| lowest) {
         Some(lowest) if lowest == last.stride => {}
-        Some(lowest) if links.len() == 2 => (out[0], out[1]) = (1, lowest),
         _ => lower_by_divisors(links, bound, out),
     }
 }
@@ -363,6 +400,24 @@ mod tests {
             Err(CopyReason::NoNest),
             "equal strides"
         );
+    }
+
+    #[test]
+    fn two_links_nest_as_the_exhaustive_search_does_with_the_last_step() {
+        // Strides up to 700 put some least divisors beyond the scan's reach, on to factoring.
+        for len in 2..5 {
+            for first in 1..24 {
+                for second in first..700 {
+                    let links = links(&[(len, first), (3, second)]);
+                    let mut out = [0; 2];
+                    let found = nest_with_last_step(&links, &mut out).map(|step| (out, step));
+                    let expected = super::super::exhaustive::nest(&links)
+                        .map(|p| ([p[0], p[1]], second / p[1]))
+                        .map_err(|_| CopyReason::NoNest);
+                    assert_eq!(found, expected, "{links:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -280,8 +280,8 @@ fn view_into(
     let (varying, links) = (&varying[..count], &links[..count]);
     let mut parent_strides = [0u64; MAX_NDIM];
     let parent_strides = &mut parent_strides[..count];
-    nest::nest(links, parent_strides)?;
-    let parent = Parent::new(links, parent_strides, element_size)?;
+    let last_step = nest::nest_with_last_step(links, parent_strides)?;
+    let parent = Parent::new(links, parent_strides, last_step, element_size)?;
     let mut rank_of = [CONSTANT; MAX_NDIM];
     for (r, &k) in varying.iter().enumerate() {
         rank_of[usize::from(k)] = r as u8;
@@ -339,12 +339,14 @@ fn rank_varying(
     Ok(count)
 }
 
-/// The parent the varying dims nest in, by rank: its strides, and its last dim, which is the
-/// last link's own reach (the others' are quotients of the strides).
+/// The parent the varying dims nest in, by rank: its strides (the first is 1), its last dim,
+/// which is the last link's own reach (the others' are quotients of the strides), and the last
+/// link's step, which the nesting found.
 struct Parent<'a> {
     links: &'a [Link],
     strides: &'a [u64],
     last_dim: u64,
+    last_step: u64,
 }
 
 impl<'a> Parent<'a> {
@@ -354,12 +356,18 @@ impl<'a> Parent<'a> {
     fn new(
         links: &'a [Link],
         strides: &'a [u64],
+        last_step: u64,
         element_size: usize,
     ) -> std::result::Result<Self, CopyReason> {
+        debug_assert!(strides.first().is_none_or(|&first| first == 1));
+        debug_assert!(
+            (links.last().zip(strides.last()))
+                .is_none_or(|(last, &p)| last.stride / p == last_step)
+        );
         let mut last_dim = 1;
-        if let (Some(last), Some(&last_stride)) = (links.last(), strides.last()) {
+        if let Some(last) = links.last() {
             last_dim = (last.len - 1)
-                .checked_mul(last.stride / last_stride)
+                .checked_mul(last_step)
                 .and_then(|reach| reach.checked_add(1))
                 .ok_or(CopyReason::ParentTooLarge)?;
         }
@@ -377,12 +385,15 @@ impl<'a> Parent<'a> {
             links,
             strides,
             last_dim,
+            last_step,
         })
     }
 
     /// The parent dim of rank `r`: `P[r+1] / P[r]`, the last one its own reach.
     fn dim(&self, r: usize) -> u64 {
         match self.strides.get(r + 1) {
+            // `P[0] = 1`: nothing to divide.
+            Some(&next) if r == 0 => next,
             Some(&next) => exact_quotient(next, self.strides[r], self.links[r].len),
             None => self.last_dim,
         }
@@ -390,7 +401,13 @@ impl<'a> Parent<'a> {
 
     /// The step of rank `r` in its parent dim.
     fn step(&self, r: usize) -> usize {
-        exact_quotient(self.links[r].stride, self.strides[r], 1) as usize
+        if r + 1 == self.links.len() {
+            self.last_step as usize
+        } else if r == 0 {
+            self.links[0].stride as usize
+        } else {
+            exact_quotient(self.links[r].stride, self.strides[r], 1) as usize
+        }
     }
 }
 
