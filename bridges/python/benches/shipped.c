@@ -329,7 +329,7 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr,
                 "usage: %s librsdlpack_python.so "
-                "[profile-import|profile-julia|profile-layout-K|profile-share|profile-torch|profile-share-into]\n",
+                "[profile-import|profile-julia|profile-layout-K|profile-share|profile-export|profile-torch|profile-share-into]\n",
                 argv[0]);
         return 2;
     }
@@ -368,6 +368,7 @@ int main(int argc, char **argv) {
         void (*loop)(void) = strncmp(which, "profile-layout-", 15) == 0 ? julia_layout
                              : strcmp(which, "profile-julia") == 0   ? julia
                              : strcmp(which, "profile-share") == 0 ? share
+                             : strcmp(which, "profile-export") == 0 ? export_round_trip
                              : strcmp(which, "profile-torch") == 0 && torch ? julia_torch
                              : strcmp(which, "profile-share-into") == 0 && torch && lib.share_into
                                  ? share_into_torch
