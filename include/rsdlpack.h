@@ -46,8 +46,9 @@ typedef struct _object PyObject;
 
 /**
  * The return codes of the C entry points (0 is success); C names them `RsdlErrorCode`
- * (`RSDL_ERROR_CODE_INVALID`, …). The numbers are ABI: never reuse one. Julia's
- * `DLPackError` kind is the code's name in lower case (`:not_dlpack`).
+ * (`RSDL_ERROR_CODE_INVALID`, …), and the jlrs bridge throws them to Julia with the message.
+ * The numbers are ABI: never reuse one. Julia's `DLPackError` kind is the code's name in
+ * lower case (`:not_dlpack`).
  */
 enum RsdlErrorCode
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L

@@ -21,15 +21,12 @@ name, C type, array length) and laid out by ctypes, which follows the platform's
   types in `RSDL_ELEMENT_CODE_*` order, each named as its code (`Float32`, `BFLOAT16`);
 - the error-code tables of README.md and docs/src/c_abi.md: each code with the Julia kind of
   its name, every code once;
-- the jlrs bridge's copy of the error codes it throws (`enum ErrorCode` in
-  bridges/julia/src/errors.rs; that crate cannot use the Python bridge's): each variant has the
-  number of the `RSDL_ERROR_CODE_*` of its name (`NotDlpack` ↔ `NOT_DLPACK`).
 
 Names must match exactly (the mirrors use the Rust field names). Prints each mismatch, naming
 the struct, the field and both sides, and exits 1; exits 0 and prints a summary otherwise.
 
     python scripts/check_mirrors.py [--header H] [--ctypes F] [--julia F ...] [--julia-abi F]
-                                    [--ctypes-abi F] [--docs F ...] [--jlrs-errors F]
+                                    [--ctypes-abi F] [--docs F ...]
 """
 
 import argparse
@@ -49,8 +46,6 @@ JULIA_ABI = ROOT / "julia" / "abi.jl"
 CTYPES_ABI = ROOT / "test" / "python" / "rsdlpack_abi.py"
 # Prose with an error-code table.
 DOCS = (ROOT / "README.md", ROOT / "docs" / "src" / "c_abi.md")
-# The jlrs bridge's copy of the error codes.
-JLRS_ERRORS = ROOT / "bridges" / "julia" / "src" / "errors.rs"
 
 # Header name → mirror name: the mirrors drop C's namespace prefix.
 PREFIX = "Rsdl"
@@ -578,27 +573,6 @@ def check_element_types(groups, julia_constants):
     return []
 
 
-def check_jlrs_error_codes(groups, path):
-    """The jlrs bridge's `enum ErrorCode`: each variant `Name = n` is RSDL_ERROR_CODE_NAME = n (it
-    need not have every code: the Python-only ones have no use there)."""
-    codes = dict(enum_names(groups, "RsdlErrorCode", "RSDL_ERROR_CODE_"))
-    where = pathlib.Path(path).name
-    code = re.sub(r"//[^\n]*", "", pathlib.Path(path).read_text())
-    m = re.search(r"\benum\s+ErrorCode\s*\{(.*?)\}", code, re.S)
-    variants = re.findall(r"(\w+)\s*=\s*(-?\d+)", m[1]) if m else []
-    if not variants:
-        return [f"{where}: no `enum ErrorCode` with numbered variants"]
-    problems = []
-    for name, value in variants:
-        header_name = re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()
-        if header_name not in codes:
-            problems.append(f"{where}: ErrorCode::{name} = {value}: RSDL_ERROR_CODE_{header_name} is no RsdlErrorCode")
-        elif codes[header_name] != int(value):
-            problems.append(f"{where}: ErrorCode::{name} = {value}; the header's RSDL_ERROR_CODE_{header_name} "
-                            f"is {codes[header_name]}")
-    return problems
-
-
 def check_error_table(groups, path):
     """A document's error-code table: rows `| code | … `:kind` …` for every RsdlErrorCode."""
     codes = {value: name for name, value in enum_names(groups, "RsdlErrorCode", "RSDL_ERROR_CODE_")}
@@ -625,7 +599,7 @@ def check_error_table(groups, path):
 
 
 def check(header=HEADER, ctypes_path=CTYPES_MIRROR, julia_paths=JULIA_MIRRORS, julia_abi=JULIA_ABI,
-          ctypes_abi=CTYPES_ABI, docs=DOCS, jlrs_errors=JLRS_ERRORS):
+          ctypes_abi=CTYPES_ABI, docs=DOCS):
     """(messages, summary lines)."""
     text = pathlib.Path(header).read_text()
     structs, _, _, functions = parse_header(text)
@@ -661,10 +635,8 @@ def check(header=HEADER, ctypes_path=CTYPES_MIRROR, julia_paths=JULIA_MIRRORS, j
     problems += check_element_types(groups, julia_constants)
     for path in docs:
         problems += check_error_table(groups, path)
-    problems += check_jlrs_error_codes(groups, jlrs_errors)
     summary.append("Julia's MIRRORED_STRUCTS, ERROR_KINDS and ELEMENT_TYPES, the error-code tables of "
-                   + ", ".join(pathlib.Path(p).name for p in docs) + " and the jlrs bridge's ErrorCode: "
-                   "checked against the header")
+                   + ", ".join(pathlib.Path(p).name for p in docs) + ": checked against the header")
 
     function_problems, checked = compare_functions(module, structs, functions)
     problems += function_problems
@@ -681,11 +653,9 @@ def main(argv=None):
     parser.add_argument("--julia-abi", default=JULIA_ABI)
     parser.add_argument("--ctypes-abi", default=CTYPES_ABI)
     parser.add_argument("--docs", nargs="*", default=DOCS)
-    parser.add_argument("--jlrs-errors", default=JLRS_ERRORS)
     args = parser.parse_args(argv)
     try:
-        problems, summary = check(args.header, args.ctypes, args.julia, args.julia_abi, args.ctypes_abi, args.docs,
-                                  args.jlrs_errors)
+        problems, summary = check(args.header, args.ctypes, args.julia, args.julia_abi, args.ctypes_abi, args.docs)
     except MirrorError as e:
         problems, summary = [str(e)], []
     for line in summary:

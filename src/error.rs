@@ -26,6 +26,38 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// The return codes of the C entry points (0 is success); C names them `RsdlErrorCode`
+/// (`RSDL_ERROR_CODE_INVALID`, …), and the jlrs bridge throws them to Julia with the message.
+/// The numbers are ABI: never reuse one. Julia's `DLPackError` kind is the code's name in
+/// lower case (`:not_dlpack`).
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The input was invalid (a Python `ValueError`).
+    Invalid = 1,
+    /// The tensor cannot be exchanged as asked (a Python `BufferError`).
+    Buffer = 2,
+    /// The object does not speak DLPack (a Python `TypeError`).
+    NotDlpack = 3,
+    /// The producer raised a Python exception (a Python `RuntimeError` naming it).
+    Producer = 4,
+    /// Memory could not be had (a Python `MemoryError`).
+    Resource = 5,
+    /// A bug in RsDLPack: a panic caught at the border, or a broken invariant.
+    Internal = 99,
+}
+
+impl From<ErrorKind> for ErrorCode {
+    fn from(kind: ErrorKind) -> Self {
+        match kind {
+            ErrorKind::InvalidInput => Self::Invalid,
+            ErrorKind::BufferRefusal => Self::Buffer,
+            ErrorKind::Resource => Self::Resource,
+            ErrorKind::Internal => Self::Internal,
+        }
+    }
+}
+
 /// Everything that can go wrong while taking, checking, planning, copying or exporting a tensor.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

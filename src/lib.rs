@@ -44,7 +44,7 @@ pub use descriptor::TensorDescriptor;
 pub use device::{Device, DeviceKind};
 pub use dims::{DimVec, IndexOrder, MAX_NDIM};
 pub use dtype::ElementType;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use imported::{ImportedTensor, ManagedTensor};
 pub use layout::{Access, CopyPolicy, LayoutPlan, ViewPlan};
 pub use release::PendingRelease;

@@ -34,19 +34,17 @@ CTYPES_PY = ROOT / "test" / "python" / "rsdlpack_ctypes.py"
 ABI_PY = ROOT / "test" / "python" / "rsdlpack_abi.py"
 README = ROOT / "README.md"
 C_ABI_MD = ROOT / "docs" / "src" / "c_abi.md"
-JLRS_ERRORS_RS = ROOT / "bridges" / "julia" / "src" / "errors.rs"
 
 
 def run_check(tmp_path, header=None, julia=None, arrays=None, ctypes_text=None, errors=None, eltypes=None,
-              abi_jl=None, abi_py=None, readme=None, c_abi_md=None, jlrs_errors=None):
+              abi_jl=None, abi_py=None, readme=None, c_abi_md=None):
     """The checker's (exit code, output) with the given files' texts in place of the real ones."""
     paths = {}
     for name, text, real in (("rsdlpack.h", header, HEADER), ("python_bridge.jl", julia, BRIDGE_JL),
                              ("arrays.jl", arrays, ARRAYS_JL), ("rsdlpack_ctypes.py", ctypes_text, CTYPES_PY),
                              ("errors.jl", errors, ERRORS_JL), ("eltypes.jl", eltypes, ELTYPES_JL),
                              ("abi.jl", abi_jl, ABI_JL), ("rsdlpack_abi.py", abi_py, ABI_PY),
-                             ("README.md", readme, README), ("c_abi.md", c_abi_md, C_ABI_MD),
-                             ("errors.rs", jlrs_errors, JLRS_ERRORS_RS)):
+                             ("README.md", readme, README), ("c_abi.md", c_abi_md, C_ABI_MD)):
         if text is None:
             paths[name] = real
         else:
@@ -57,7 +55,7 @@ def run_check(tmp_path, header=None, julia=None, arrays=None, ctypes_text=None, 
          "--ctypes", str(paths["rsdlpack_ctypes.py"]),
          "--julia", *(str(paths[n]) for n in ("python_bridge.jl", "arrays.jl", "errors.jl", "eltypes.jl")),
          "--julia-abi", str(paths["abi.jl"]), "--ctypes-abi", str(paths["rsdlpack_abi.py"]),
-         "--docs", str(paths["README.md"]), str(paths["c_abi.md"]), "--jlrs-errors", str(paths["errors.rs"])],
+         "--docs", str(paths["README.md"]), str(paths["c_abi.md"])],
         capture_output=True, text=True)
     return result.returncode, result.stdout + result.stderr
 
@@ -191,15 +189,6 @@ def test_a_julia_error_kind_under_another_code_fails(tmp_path):
     code, output = run_check(tmp_path, errors=errors)
     assert code == 1, output
     assert "Julia ERROR_KINDS gives ERROR_CODE_INVALID the kind :buffer; its name says :invalid" in output, output
-
-
-def test_a_jlrs_error_code_of_another_number_or_name_fails(tmp_path):
-    code, output = run_check(tmp_path, jlrs_errors=replace_once(JLRS_ERRORS_RS.read_text(), "Resource = 5,", "Resource = 4,"))
-    assert code == 1, output
-    assert "errors.rs: ErrorCode::Resource = 4; the header's RSDL_ERROR_CODE_RESOURCE is 5" in output, output
-    code, output = run_check(tmp_path, jlrs_errors=replace_once(JLRS_ERRORS_RS.read_text(), "Buffer = 2,", "Refused = 2,"))
-    assert code == 1, output
-    assert "errors.rs: ErrorCode::Refused = 2: RSDL_ERROR_CODE_REFUSED is no RsdlErrorCode" in output, output
 
 
 def test_julia_element_types_in_another_order_fail(tmp_path):

@@ -12,34 +12,7 @@ use jlrs::data::layout::tuple::Tuple;
 use jlrs::data::managed::value::ValueRet;
 use jlrs::prelude::*;
 use jlrs::weak_handle_unchecked;
-use rsdlpack::ErrorKind;
-
-/// The `RsdlErrorCode` numbers of the failures this bridge reports (the Python bridge's
-/// `ErrorCode` defines them; scripts/check_mirrors.py holds these to include/rsdlpack.h). The
-/// Python-only codes (`NotDlpack`, `Producer`) have no use here.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ErrorCode {
-    /// Bad input (`:invalid`).
-    Invalid = 1,
-    /// Cannot be done as asked (`:buffer`).
-    Buffer = 2,
-    /// Memory could not be had (`:resource`).
-    Resource = 5,
-    /// A bug in RsDLPack (`:internal`).
-    Internal = 99,
-}
-
-impl From<ErrorKind> for ErrorCode {
-    fn from(kind: ErrorKind) -> Self {
-        match kind {
-            ErrorKind::InvalidInput => Self::Invalid,
-            ErrorKind::BufferRefusal => Self::Buffer,
-            ErrorKind::Resource => Self::Resource,
-            ErrorKind::Internal => Self::Internal,
-        }
-    }
-}
+use rsdlpack::ErrorCode;
 
 /// A failure on its way to Julia.
 #[derive(Debug)]

@@ -136,8 +136,8 @@ static void numpy_layout(void) { drop(PyObject_CallOneArg(from_dlpack, layout));
 
 static void free_managed(Managed *managed) { free(managed); }
 
-/* A host tensor owned by C, handed to rsdlpack_py_export and consumed by NumPy. */
-static void export_round_trip(void) {
+/* A row-major 16x16 float32 host tensor over `backing`, owned by C (freed by its deleter). */
+static Managed *host_tensor(void) {
     Managed *managed = malloc(sizeof(Managed) + 4 * sizeof(int64_t));
     int64_t *meta = (int64_t *)(managed + 1);
     memcpy(meta, dims, sizeof dims);
@@ -145,6 +145,12 @@ static void export_round_trip(void) {
     *managed = (Managed){.major = 1, .minor = 3, .deleter = free_managed,
                          .tensor = {.data = backing, .device_type = 1, .ndim = 2, .code = 2,
                                     .bits = 32, .lanes = 1, .shape = meta, .strides = meta + 2}};
+    return managed;
+}
+
+/* A host tensor owned by C, handed to rsdlpack_py_export and consumed by NumPy. */
+static void export_round_trip(void) {
+    Managed *managed = host_tensor();
     PyObject *exporter = NULL;
     check(lib.export_((DLManagedTensorVersioned *)managed, &exporter, NULL), "rsdlpack_py_export");
     drop(PyObject_CallOneArg(from_dlpack, exporter));
@@ -198,15 +204,8 @@ static void torch_floor(void) {
 /* torch's floor for a share into it: its own managed_tensor_to_py_object_no_sync on a C-owned
  * 16x16 tensor, and the torch tensor's release (which calls the deleter). */
 static void torch_to_py_floor(void) {
-    Managed *managed = malloc(sizeof(Managed) + 4 * sizeof(int64_t));
-    int64_t *meta = (int64_t *)(managed + 1);
-    memcpy(meta, dims, sizeof dims);
-    memcpy(meta + 2, (int64_t[]){16, 1}, sizeof dims);
-    *managed = (Managed){.major = 1, .minor = 3, .deleter = free_managed,
-                         .tensor = {.data = backing, .device_type = 1, .ndim = 2, .code = 2,
-                                    .bits = 32, .lanes = 1, .shape = meta, .strides = meta + 2}};
     void *object = NULL;
-    check(torch_api->to_py_object(managed, &object), "managed_tensor_to_py_object_no_sync");
+    check(torch_api->to_py_object(host_tensor(), &object), "managed_tensor_to_py_object_no_sync");
     Py_DECREF((PyObject *)object);
 }
 static void ours_torch(void) { import_from(torch_tensor, NULL); }

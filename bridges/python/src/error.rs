@@ -2,7 +2,7 @@
 //! calls, like `__dlpack__`) and a return code plus message (for the C entry points).
 //!
 //! Both are decided here, once: [`BridgeError::code`] maps every error to an [`ErrorCode`]
-//! (core errors by their [`ErrorKind`], decided in the core), and the code alone picks the
+//! (core errors by their [`rsdlpack::ErrorKind`], decided in the core), and the code alone picks the
 //! Python exception type. The numbers are [`ErrorCode`]'s, written into include/rsdlpack.h as
 //! `RsdlErrorCode` (from which Julia's and ctypes' constants are generated; README.md's and
 //! docs/src/c_abi.md's tables are checked against it by scripts/check_mirrors.py):
@@ -21,7 +21,8 @@
 
 use pyo3::PyErr;
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
-use rsdlpack::{Device, ErrorKind};
+use rsdlpack::Device;
+pub use rsdlpack::ErrorCode;
 
 /// Every failure of the bridge, one variant each, holding its data: the message is formatted
 /// here (by `Display`), once, where the error leaves the crate.
@@ -244,37 +245,6 @@ macro_rules! refuse_null {
     };
 }
 pub(crate) use refuse_null;
-
-/// The return codes of the C entry points (0 is success); C names them `RsdlErrorCode`
-/// (`RSDL_ERROR_CODE_INVALID`, …). The numbers are ABI: never reuse one. Julia's
-/// `DLPackError` kind is the code's name in lower case (`:not_dlpack`).
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    /// The input was invalid (a Python `ValueError`).
-    Invalid = 1,
-    /// The tensor cannot be exchanged as asked (a Python `BufferError`).
-    Buffer = 2,
-    /// The object does not speak DLPack (a Python `TypeError`).
-    NotDlpack = 3,
-    /// The producer raised a Python exception (a Python `RuntimeError` naming it).
-    Producer = 4,
-    /// Memory could not be had (a Python `MemoryError`).
-    Resource = 5,
-    /// A bug in RsDLPack: a panic caught at the border, or a broken invariant.
-    Internal = 99,
-}
-
-impl From<ErrorKind> for ErrorCode {
-    fn from(kind: ErrorKind) -> Self {
-        match kind {
-            ErrorKind::InvalidInput => Self::Invalid,
-            ErrorKind::BufferRefusal => Self::Buffer,
-            ErrorKind::Resource => Self::Resource,
-            ErrorKind::Internal => Self::Internal,
-        }
-    }
-}
 
 impl BridgeError {
     pub fn code(&self) -> ErrorCode {
