@@ -54,7 +54,7 @@ fn descriptor(
 ) -> TensorDescriptor {
     let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     let strides: Vec<isize> = strides.iter().map(|&s| s as isize).collect();
-    TensorDescriptor::from_julia_layout(
+    *TensorDescriptor::from_julia_layout(
         first_element,
         Device::CPU,
         element,

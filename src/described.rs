@@ -135,7 +135,7 @@ mod tests {
         element: ElementType,
         read_only: bool,
     ) -> (Owner, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-        let mut descriptor = TensorDescriptor::boxed_from_julia_layout(
+        let mut descriptor = TensorDescriptor::from_julia_layout(
             4096,
             Device::CPU,
             element,

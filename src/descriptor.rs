@@ -26,7 +26,7 @@ use dlpark::ffi::{DLPackVersion, DLTensor};
 /// [`TensorDescriptor::moved_to`]), which check again where the address changes. A descriptor
 /// is large (two 32-slot lists), so the hot paths fill one where it lies instead:
 /// [`TensorDescriptor::validate_into`] over an [`TensorDescriptor::empty`] one, and
-/// [`TensorDescriptor::boxed_from_julia_layout`] in its box.
+/// [`TensorDescriptor::from_julia_layout`] in its box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorDescriptor {
     /// Address of the element at index (0, …, 0): `data + byte_offset`.
@@ -192,21 +192,10 @@ impl TensorDescriptor {
     /// `A[i, j]` is element `[i-1, j-1]` for the consumer; `Reversed` hands out the reversed
     /// dims (a column-major `Array` then looks row-major-compact to the consumer). The same
     /// checks as [`TensorDescriptor::validate`] apply.
+    ///
+    /// Boxed, and described where it lies (see [`Self::validate_into`]): a descriptor is ~560
+    /// bytes, and an exporter keeps it.
     pub fn from_julia_layout(
-        first_element: usize,
-        device: Device,
-        element: ElementType,
-        dims: &[usize],
-        strides: &[isize],
-        order: IndexOrder,
-    ) -> Result<Self> {
-        Self::boxed_from_julia_layout(first_element, device, element, dims, strides, order)
-            .map(|described| *described)
-    }
-
-    /// [`Self::from_julia_layout`] in a box, described where it lies (see
-    /// [`Self::validate_into`]): what an exporter keeps.
-    pub fn boxed_from_julia_layout(
         first_element: usize,
         device: Device,
         element: ElementType,

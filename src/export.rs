@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(data_pointer, misaligned);
     }
 
-    fn byte_spec(element: ElementType, data: &[u8]) -> TensorDescriptor {
+    fn byte_spec(element: ElementType, data: &[u8]) -> Box<TensorDescriptor> {
         TensorDescriptor::from_julia_layout(
             data.as_ptr() as usize,
             Device::CPU,

@@ -181,7 +181,7 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
         device_type: DLDeviceType(array.device_type),
         device_id: array.device_id,
     });
-    let mut described = TensorDescriptor::boxed_from_julia_layout(
+    let mut described = TensorDescriptor::from_julia_layout(
         array.address,
         device,
         element,
