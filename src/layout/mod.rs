@@ -169,10 +169,6 @@ pub enum LayoutPlan {
     },
 }
 
-/// Why a view needs a copy because the data is not aligned for the element type (the name
-/// callers matched before [`CopyReason`]).
-pub const MISALIGNED: CopyReason = CopyReason::Misaligned;
-
 /// Decides how `descriptor` becomes a Julia array, in readable form (the bridges use
 /// [`decide`], which writes the same decision straight into an [`ArrayPlan`]).
 pub fn plan(

@@ -229,7 +229,7 @@ fn misaligned_data_is_a_copy_decision_not_a_validation_error() {
         let LayoutPlan::Copy { dims, reason } = planned else {
             panic!("a misaligned tensor must be copied, got {planned:?}")
         };
-        assert_eq!(reason, MISALIGNED);
+        assert_eq!(reason, CopyReason::Misaligned);
         assert!(reason.message().starts_with("misaligned"), "{reason}");
         let expected: Vec<usize> = match order {
             IndexOrder::Producer => vec![2, 3],

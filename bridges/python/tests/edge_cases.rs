@@ -8,7 +8,7 @@ use common::*;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLPackVersion};
-use rsdlpack::layout::{CopyPolicy, LayoutPlan, MISALIGNED, plan};
+use rsdlpack::layout::{CopyPolicy, CopyReason, LayoutPlan, plan};
 use rsdlpack::{Device, ElementType, ErrorKind, ImportedTensor, IndexOrder, ManagedTensor};
 use rsdlpack_python::{BridgeError, ErrorCode, Exporter, ImportRequest, import};
 use std::sync::Arc;
@@ -80,7 +80,7 @@ fn a_misaligned_numpy_array_imports_and_the_planner_copies_it() {
 
         let planned = plan(d, IndexOrder::Producer, CopyPolicy::IfNeeded).unwrap();
         assert!(
-            matches!(&planned, LayoutPlan::Copy { reason, .. } if *reason == MISALIGNED),
+            matches!(&planned, LayoutPlan::Copy { reason, .. } if *reason == CopyReason::Misaligned),
             "{planned:?}"
         );
         let refused = plan(d, IndexOrder::Producer, CopyPolicy::Never).unwrap_err();

@@ -77,8 +77,7 @@ fn order_for_consumer(
     }
     let consumer = api
         .current_work_stream(ty.py(), || type_name(ty), device)?
-        // The default stream is NULL in the runtime API; the driver calls it 1.
-        .map_or(1, |s| if s == 0 { 1 } else { s });
+        .unwrap_or(1);
     let producer = stream.unwrap_or(1);
     // SAFETY: `producer` is the stream the array was written on (the share entry points'
     // contract) or the legacy default stream; `consumer` is the consumer's current stream on

@@ -218,8 +218,9 @@ impl ExchangeApi {
         Err(failed(raised, what(), status, "and no object, without"))
     }
 
-    /// The producer's current work stream on `device` (a `CUstream`; 0 is the default stream),
-    /// or `None` when the table has no `current_work_stream`.
+    /// The producer's current work stream on `device`, as the driver names it (a `CUstream`; the
+    /// legacy default stream, NULL in the runtime API, is 1), or `None` when the table has no
+    /// `current_work_stream`.
     pub fn current_work_stream(
         &self,
         py: Python<'_>,
@@ -237,7 +238,7 @@ impl ExchangeApi {
             let what = function_of(type_name(), "current_work_stream");
             return Err(failed(PyErr::take(py), what, status, "without setting"));
         }
-        Ok(Some(stream as usize))
+        Ok(Some(if stream.is_null() { 1 } else { stream as usize }))
     }
 }
 

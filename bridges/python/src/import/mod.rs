@@ -179,8 +179,6 @@ fn import_through_api(
                 else {
                     return Ok(None);
                 };
-                // The default stream is NULL in the runtime API; the driver calls it 1.
-                let producer = if producer == 0 { 1 } else { producer };
                 // SAFETY: `producer` is the producer's current stream on the tensor's device (a
                 // live stream by the API's contract); `consumer` is the stream the caller named
                 // (the import's contract: a live stream of that device) or a default stream.

@@ -210,11 +210,6 @@ impl ArrayTensor {
     }
 }
 
-unsafe extern "C" {
-    // Exported by every CPython since 3.4 (see `crate::python::release`).
-    fn PyGILState_Check() -> c_int;
-}
-
 /// The deleter: frees the allocation and gives the array's reference back, under the GIL.
 unsafe extern "C" fn release_array(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
@@ -227,9 +222,7 @@ unsafe extern "C" fn release_array(managed: *mut DLManagedTensorVersioned) {
     drop(tensor);
     // The bridge runs Python producers' deleters with the GIL held (see `crate::python::release`);
     // like NumPy's own deleter, this one takes it should anyone else call it without.
-    // SAFETY: `PyGILState_Check` may be called from any thread while Python runs, which it
-    // does while a reference to one of its objects is alive.
-    if unsafe { PyGILState_Check() } == 1 {
+    if crate::python::release::this_thread_holds_the_gil() {
         // SAFETY: the GIL is held; `array` is the strong reference `export_directly` took.
         unsafe { ffi::Py_DECREF(array) };
     } else {
