@@ -6,7 +6,7 @@ module ReadmePythonCall
 using Test: @test, @testset
 using RsDLPack
 using PythonCall: Py, pyimport
-using PythonCall: pyconvert
+using PythonCall: pyconvert, pybuiltins
 np = pyimport("numpy")
 
 "Whether torch imports here (the examples that use it run only then)."
