@@ -704,8 +704,8 @@ int32_t rsdlpack_cuda_order_streams(int32_t device,
 /**
  * Releases a managed tensor now (its deleter runs; a Python producer's is deferred to a
  * thread holding the GIL). A tensor from `rsdlpack_py_import` of CUDA memory is released after
- * the work enqueued so far on the stream its import named: at once, the calling thread waits
- * for it when it holds the GIL; otherwise the queued release waits (see
+ * the work enqueued so far on the stream its import named: at once when that work is complete
+ * and the calling thread holds the GIL, else queued (nothing waits with the GIL held; see
  * `rsdlpack_py_flush_releases`). Null is ignored.
  *
  * # Safety

@@ -17,6 +17,11 @@ STAGE=test/gpu/lib
 rm -rf "$STAGE"
 mkdir -p "$STAGE/rust"
 cp "$RSDLPACK_PYTHON_LIB" "$STAGE/"
+# The newest glibc symbol version the library needs: check_gpu.py refuses, saying so, to run on
+# an older glibc (the library is built against this machine's).
+objdump -T "$STAGE/librsdlpack_python.so" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' \
+    | sort -V | tail -1 >"$STAGE/glibc_required.txt"
+echo "the staged library needs glibc >= $(cat "$STAGE/glibc_required.txt")"
 
 # The test executables cargo built, from its JSON messages (one artifact per test target).
 cargo test -p rsdlpack --no-run --quiet --message-format=json \

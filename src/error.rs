@@ -316,6 +316,21 @@ pub enum Error {
          created stream (torch.cuda.current_stream().cuda_stream, cupy's stream.ptr)"
     )]
     DefaultStreamAlias { handle: usize },
+
+    #[error(
+        "this CUDA tensor was imported with stream=-1 (its consumer orders its own work), so its \
+         release names no stream to wait for; pass the stream your work on it ran on \
+         (rsdlpack_imported_release_after; Julia's RsDLPack.unsafe_free! passes the task's \
+         CUDA.stream()) — this release synchronised the device's whole context instead"
+    )]
+    ReleaseNeedsStream,
+
+    #[error(
+        "the stream a CUDA tensor was used on is being captured into a graph, so its release \
+         cannot wait for that work yet; release it after the capture has ended \
+         (queued releases wait by themselves)"
+    )]
+    ReleaseDuringCapture,
 }
 
 impl Error {
@@ -340,7 +355,9 @@ impl Error {
             | Self::StreamZero
             | Self::InvalidStream { .. }
             | Self::DefaultStreamAlias { .. }
-            | Self::StreamOnCpu { .. } => InvalidInput,
+            | Self::StreamOnCpu { .. }
+            | Self::ReleaseNeedsStream
+            | Self::ReleaseDuringCapture => InvalidInput,
             Self::BadRank { ndim, .. } if *ndim < 0 => InvalidInput,
             Self::BadRank { .. }
             | Self::Misaligned { .. }
@@ -543,6 +560,8 @@ mod tests {
                 InvalidInput,
             ),
             (Error::NotCudaMemory { device }, InvalidInput),
+            (Error::ReleaseNeedsStream, InvalidInput),
+            (Error::ReleaseDuringCapture, InvalidInput),
             (Error::NoCudaDriver, BufferRefusal),
             (
                 Error::CudaInit {

@@ -14,8 +14,10 @@ use crate::descriptor::TensorDescriptor;
 use crate::error::Result;
 // Defined in `managed`, below this module and `release` (a pending release holds one);
 // re-exported here, where it was defined before.
+use crate::cuda::context::HeldContext;
+use crate::cuda::fence::FenceStream;
 pub use crate::managed::ManagedTensor;
-use crate::release::PendingRelease;
+use crate::release::{ConsumerOrdering, PendingRelease};
 use crate::stream::StreamRequest;
 use dlpark::ffi::DLManagedTensorVersioned;
 use std::ffi::c_void;
@@ -41,6 +43,11 @@ pub(crate) struct Imported {
     /// The `CUstream` the consumer works on the tensor on
     /// (see [`ImportedTensor::set_consumer_stream`]).
     pub(crate) consumer_stream: Option<usize>,
+    /// For the aliases 1 and 2: the context current when the consumer named them.
+    pub(crate) consumer_context: Option<HeldContext>,
+    /// Device memory imported with `stream=-1`: the consumer orders its own work, so the
+    /// release needs the caller's stream.
+    pub(crate) self_ordered: bool,
 }
 
 /// Room in an imported tensor's allocation for the header it is forwarded under
@@ -79,6 +86,8 @@ impl ImportedTensor {
             managed,
             descriptor: TensorDescriptor::empty(),
             consumer_stream: None,
+            consumer_context: None,
+            self_ordered: false,
         });
         let Imported {
             managed,
@@ -97,6 +106,8 @@ impl ImportedTensor {
             managed,
             descriptor,
             consumer_stream: None,
+            consumer_context: None,
+            self_ordered: false,
         }))
     }
 
@@ -114,15 +125,22 @@ impl ImportedTensor {
     /// import's `stream` request): the consumer works on the tensor there, so its release
     /// waits for that stream's work ([`Self::into_release`]). Only memory a device can use
     /// has one (see [`crate::release::ordering_device`]); `stream=-1` (the consumer orders
-    /// itself) remembers none, and a request without a stream means the legacy default
-    /// stream, as it does for the producer.
+    /// itself) remembers none, so that its release needs the releasing caller's stream, and a
+    /// request without a stream means the legacy default stream, as it does for the producer.
+    /// For the aliases 1 and 2 the context current now is the one they mean, and is held.
     ///
     /// # Safety
     /// The stream `request` names must be a default stream (1, 2, or omitted) or a live
     /// `CUstream` of the tensor's device, and stay live until the tensor is released.
     pub unsafe fn set_consumer_stream(&mut self, request: StreamRequest) {
         let on_device = crate::release::ordering_device(&self.0.descriptor).is_some();
-        self.0.consumer_stream = request.cuda_handle().filter(|_| on_device);
+        let stream = request.cuda_handle().filter(|_| on_device);
+        self.0.consumer_stream = stream;
+        self.0.self_ordered = on_device && stream.is_none();
+        self.0.consumer_context = match stream {
+            Some(1 | 2) => HeldContext::current().ok().flatten(),
+            _ => None,
+        };
     }
 
     /// The `CUstream` remembered by [`Self::set_consumer_stream`], if any.
@@ -154,11 +172,22 @@ impl ImportedTensor {
             managed,
             descriptor,
             consumer_stream,
+            consumer_context,
+            self_ordered,
             ..
         } = *self.0;
+        let consumer = consumer_stream.map(|handle| FenceStream {
+            handle,
+            alias_context: consumer_context,
+        });
+        let ordering = match consumer {
+            Some(stream) => ConsumerOrdering::Stream(stream),
+            None if self_ordered => ConsumerOrdering::SelfOrdered,
+            None => ConsumerOrdering::Unknown,
+        };
         // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract), the
         // caller's by this function's.
-        unsafe { PendingRelease::after(managed, &descriptor, consumer_stream, caller) }
+        unsafe { PendingRelease::after(managed, &descriptor, ordering, caller) }
     }
 
     /// The tensor as one pointer to its allocation (aligned to at least 8 bytes), for handles

@@ -13,20 +13,25 @@
 //! releases asks [`PendingRelease::is_ready`] and keeps the ones that are not. Why the host
 //! waits rather than the producer's stream: [`crate::cuda::fence`].
 //!
-//! Host memory, empty tensors and imports with `stream=-1` (the consumer said it orders
-//! itself) need no fence: their releases run the deleter at once and make no driver call.
+//! Host memory and empty tensors need no fence: their releases run the deleter at once and
+//! make no driver call. Device memory imported with `stream=-1` (the consumer said it orders
+//! itself) is ordered after the releasing caller's stream; a release that names none cannot
+//! know what to wait for, so it synchronises the device's context and says so
+//! ([`Error::ReleaseNeedsStream`]).
 //!
-//! Errors never keep a tensor alive: when an event cannot be recorded or waited for (the
-//! stream handle was destroyed, the context is broken, no driver), the deleter still runs —
-//! after whatever could be waited for — and the failure is returned to whoever can report it.
-//! A leaked tensor would hold the producer's memory (and a Python object) for the rest of the
-//! process, and a driver that refuses the stream will not run new work on it either.
+//! Errors never keep a tensor alive and never let its deleter run unordered: when an event
+//! cannot be recorded (the stream handle was destroyed, the context is broken) the release falls
+//! back to synchronising the context of the memory's device, runs the deleter, and returns the
+//! failure to whoever can report it (a queued release, which has no caller, prints it). Only
+//! without a driver, where no device work can exist, does nothing wait. A leaked tensor would
+//! hold the producer's memory (and a Python object) for the rest of the process.
 //!
 //! For the GPU check only: with `RSDLPACK_TEST_UNORDERED_RELEASES=1` in the environment (read
 //! once per process) releases record no fence, so that the check can show the corruption it
 //! guards against with the very library it ships (test/gpu/check_gpu.py).
 
-use crate::cuda::fence::ReleaseFence;
+use crate::cuda::context::HeldContext;
+use crate::cuda::fence::{FenceStream, ReleaseFence};
 use crate::descriptor::TensorDescriptor;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -81,42 +86,68 @@ impl PendingRelease {
     }
 
     /// A release of `managed` (described by `descriptor`) ordered after the work enqueued so
-    /// far on `consumer` and on `caller` (`CUstream` values), when its memory is on a device.
+    /// far on the consumer's stream and on `caller` (a `CUstream` value), when its memory is on
+    /// a device.
     ///
     /// # Safety
-    /// `consumer` and `caller` must each be `None`, 1, 2 or a live `CUstream` of the tensor's
-    /// device.
+    /// The consumer's stream and `caller` must each be 1, 2 or a live `CUstream` of the
+    /// tensor's device.
     pub(crate) unsafe fn after(
         managed: ManagedTensor,
         descriptor: &TensorDescriptor,
-        consumer: Option<usize>,
+        consumer: ConsumerOrdering,
         caller: Option<usize>,
     ) -> Self {
         let Some(device) = ordering_device(descriptor) else {
             return Self::unordered(managed);
         };
-        let Some(first) = consumer.or(caller) else {
-            return Self::unordered(managed);
-        };
         if ordering_disabled() {
             return Self::unordered(managed);
         }
-        let second = caller.filter(|_| consumer.is_some());
-        // SAFETY: the streams are 1, 2 or live streams of the tensor's device (contract).
-        let (fence, recorded) = unsafe { ReleaseFence::record(device, first, second) };
+        // The caller's aliases mean the context current on the releasing thread.
+        let caller = caller.map(|handle| FenceStream {
+            handle,
+            alias_context: (handle <= 2)
+                .then(|| HeldContext::current().ok().flatten())
+                .flatten(),
+        });
+        let (self_ordered, streams) = match consumer {
+            ConsumerOrdering::Stream(stream) => {
+                (false, std::iter::once(stream).chain(caller).collect())
+            }
+            ConsumerOrdering::SelfOrdered => (true, caller.into_iter().collect::<Vec<_>>()),
+            ConsumerOrdering::Unknown => (false, caller.into_iter().collect()),
+        };
+        let (fence, error) = if !streams.is_empty() {
+            // SAFETY: the streams are 1, 2 or live streams of the tensor's device (contract).
+            let (fence, recorded) = unsafe { ReleaseFence::record(device, streams) };
+            (fence, recorded.err())
+        } else if self_ordered {
+            // Nothing says which stream's work to wait for: the whole context, and why.
+            let (fence, _) = ReleaseFence::conservative(device);
+            (fence, Some(Error::ReleaseNeedsStream))
+        } else {
+            return Self::unordered(managed);
+        };
         Self {
             managed: Some(managed),
             fence: Some(fence),
-            error: recorded.err(),
+            error,
         }
     }
 
     /// Whether the deleter may run without waiting: no fence, or every event completed.
-    pub fn is_ready(&self) -> bool {
-        self.fence.as_ref().is_none_or(ReleaseFence::is_complete)
+    pub fn is_ready(&mut self) -> bool {
+        self.fence.as_mut().is_none_or(ReleaseFence::is_complete)
     }
 
-    /// Whether a fence orders this release (for tests: host memory and `stream=-1` have none).
+    /// Whether a host wait for the consumer's work would finish by itself: false while a stream
+    /// it was used on is being captured into a graph (keep such a release queued).
+    pub fn can_wait(&mut self) -> bool {
+        self.fence.as_mut().is_none_or(ReleaseFence::can_wait)
+    }
+
+    /// Whether a fence orders this release (for tests: host memory has none).
     pub fn is_ordered(&self) -> bool {
         self.fence.is_some()
     }
@@ -145,9 +176,26 @@ impl PendingRelease {
 
 impl Drop for PendingRelease {
     fn drop(&mut self) {
-        // Errors are dropped: Drop has no caller to tell (use `complete` to hear them).
-        let _ = self.finish();
+        // Drop has no caller to tell (use `complete` to hear them): a failure to order a release
+        // on a machine with a driver is printed, since the release waited for more than it had
+        // to or for less than it should.
+        if let Err(error) = self.finish()
+            && !matches!(error, Error::NoCudaDriver)
+        {
+            eprintln!("RsDLPack: a queued CUDA release: {error}");
+        }
     }
+}
+
+/// How an imported tensor's consumer said its work on the memory is ordered.
+#[derive(Debug)]
+pub enum ConsumerOrdering {
+    /// On this stream.
+    Stream(FenceStream),
+    /// By itself (`stream=-1`): the release needs the caller's stream.
+    SelfOrdered,
+    /// Nothing was said (the tensor never passed through an import that names a stream).
+    Unknown,
 }
 
 #[cfg(test)]
@@ -198,24 +246,37 @@ mod tests {
         unsafe { tensor.set_consumer_stream(StreamRequest::Handle(0x1230)) };
         assert_eq!(tensor.consumer_stream(), None);
         // SAFETY: ignored for host memory (no driver call is made).
-        let release = unsafe { tensor.into_release_after(0x4560) };
+        let mut release = unsafe { tensor.into_release_after(0x4560) };
         assert!(!release.is_ordered() && release.is_ready());
         assert_eq!(CountingOwner::releases(&count), 0);
         release.complete().unwrap();
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 
-    /// Holds with and without a driver: `stream=-1` and empty tensors need no fence.
+    /// Holds with and without a driver: an empty tensor needs no fence, and a `stream=-1`
+    /// import released without the caller's stream says what to pass (after the conservative
+    /// wait, where a driver exists).
     #[test]
-    fn no_sync_imports_and_empty_device_tensors_are_released_at_once() {
+    fn no_sync_imports_need_the_callers_stream_and_empty_tensors_nothing() {
         let (mut tensor, count) = tensor_on(CUDA0, 0x1000, &[4]);
         // SAFETY: no stream is named.
         unsafe { tensor.set_consumer_stream(StreamRequest::NoSync) };
         assert_eq!(tensor.consumer_stream(), None);
         let release = tensor.into_release();
-        assert!(!release.is_ordered());
-        drop(release);
-        assert_eq!(CountingOwner::releases(&count), 1);
+        assert!(release.is_ordered(), "never an unordered deleter");
+        let outcome = release.complete();
+        assert!(
+            matches!(outcome, Err(Error::ReleaseNeedsStream)),
+            "{outcome:?}"
+        );
+        assert!(
+            outcome
+                .unwrap_err()
+                .to_string()
+                .contains("rsdlpack_imported_release_after"),
+            "the error names what to call"
+        );
+        assert_eq!(CountingOwner::releases(&count), 1, "released all the same");
 
         let (mut empty, count) = tensor_on(CUDA0, 0x1000, &[0]);
         // SAFETY: an empty tensor remembers no stream (nothing to protect).
@@ -225,6 +286,23 @@ mod tests {
         let release = unsafe { empty.into_release_after(0x4560) };
         assert!(!release.is_ordered());
         release.complete().unwrap();
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    /// Asserts what happens without a driver (CI): a `stream=-1` import released with the
+    /// caller's stream is ordered on that stream (here: the recording fails for want of a
+    /// driver, and that is the error, not the missing stream).
+    #[test]
+    fn without_a_driver_a_no_sync_import_takes_the_callers_stream() {
+        require_no_driver();
+        let (mut tensor, count) = tensor_on(CUDA0, 0x1000, &[4]);
+        // SAFETY: no stream is named.
+        unsafe { tensor.set_consumer_stream(StreamRequest::NoSync) };
+        // SAFETY: without a driver no handle is dereferenced.
+        let release = unsafe { tensor.into_release_after(0x4560) };
+        assert!(release.is_ordered());
+        let outcome = release.complete();
+        assert!(matches!(outcome, Err(Error::NoCudaDriver)), "{outcome:?}");
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 
@@ -259,7 +337,7 @@ mod tests {
             // SAFETY: as above.
             unsafe { tensor.set_consumer_stream(StreamRequest::Handle(0x1230)) };
             assert_eq!(tensor.consumer_stream(), Some(0x1230));
-            let release = tensor.into_release();
+            let mut release = tensor.into_release();
             assert!(release.is_ordered(), "{kind:?}");
             assert!(
                 release.is_ready(),

@@ -544,7 +544,7 @@ fn source_entry(py: Python<'_>, s: &SourceIn, count: &Arc<AtomicUsize>) -> Entry
     let tensor = source.over(AlignedBuffer::zeroed(256), count);
     let descriptor = tensor.descriptor().clone();
     Entry {
-        object: Py::new(py, Exporter::new(tensor, None)).unwrap().into_any(),
+        object: Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap().into_any(),
         descriptor,
         readable: true,
     }

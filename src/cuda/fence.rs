@@ -11,9 +11,19 @@
 //! is right whichever stream reuses it. It costs time only when the consumer's kernels on the
 //! memory are still running at the release, and queued releases need not wait at all: they
 //! ask [`ReleaseFence::is_complete`] and stay queued until it says yes.
+//!
+//! Each event lives in the context of the stream it is recorded on, held (retained, when
+//! primary) for the event's whole life ([`super::context`]). A stream being captured into a
+//! graph gets no event until its capture has ended: an event recorded there would be a graph
+//! node, not a point in the stream's work, and the fence counts as incomplete meanwhile.
+//!
+//! Where no event can be recorded (the driver refuses the stream, its context is unknown) the
+//! fence falls back to the conservative wait: the whole context of the memory's device is
+//! synchronised before the deleter runs. Slower, still ordered; the failure is reported.
 
-use super::{DeviceContext, call};
-use crate::error::Result;
+use super::call;
+use super::context::{HeldContext, is_capturing};
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 
 /// The driver's value for the legacy default stream (`CU_STREAM_LEGACY`).
@@ -21,139 +31,377 @@ const LEGACY_DEFAULT: usize = 1;
 /// The driver's value for the calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
 const PER_THREAD_DEFAULT: usize = 2;
 
-/// Events recorded on up to two streams of one device, destroyed when the fence is.
-pub struct ReleaseFence {
-    device: i32,
-    events: [sys::CUevent; 2],
-    len: usize,
+/// A stream a release is to be ordered after, with the context its aliases (1, 2) meant.
+#[derive(Debug)]
+pub struct FenceStream {
+    /// `CUstream`: 1 the legacy default stream, 2 the per-thread default stream, or a handle.
+    pub handle: usize,
+    /// For 1 and 2, the context current when the stream was named (`None`: none was). Ignored
+    /// for a handle, which names its own context.
+    pub alias_context: Option<HeldContext>,
 }
 
-// SAFETY: CUDA events are process-wide driver handles that any thread may query, wait for or
-// destroy; a fence owns its events, and every call on them pushes the device's primary context
-// on the calling thread first.
+/// Which context a fence's event on `handle` lives in: the decision, made without the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextChoice {
+    /// The stream's own (`cuStreamGetCtx`).
+    OfStream,
+    /// The context current when the alias was named.
+    NamedWithAlias,
+    /// An alias named with no context current: the primary context of the memory's device.
+    PrimaryOfMemoryDevice,
+}
+
+/// See [`ContextChoice`].
+pub fn context_choice(handle: usize, alias_had_context: bool) -> ContextChoice {
+    match handle {
+        LEGACY_DEFAULT | PER_THREAD_DEFAULT if alias_had_context => ContextChoice::NamedWithAlias,
+        LEGACY_DEFAULT | PER_THREAD_DEFAULT => ContextChoice::PrimaryOfMemoryDevice,
+        _ => ContextChoice::OfStream,
+    }
+}
+
+/// The stream an event is recorded on for `handle`. A per-thread default stream (2) is
+/// recorded as the legacy default stream (1): the release may run on another thread than the
+/// one whose per-thread stream the consumer used, and an event on the legacy default stream
+/// completes only after the work enqueued before it on every blocking stream of the context,
+/// per-thread default streams included.
+pub fn recorded_stream(handle: usize) -> usize {
+    match handle {
+        PER_THREAD_DEFAULT => LEGACY_DEFAULT,
+        other => other,
+    }
+}
+
+/// One event, in its stream's context.
+struct FenceEvent {
+    context: HeldContext,
+    event: sys::CUevent,
+    /// The stream the event is to be recorded on while a graph capture defers the record;
+    /// `None` once recorded.
+    awaiting_capture: Option<usize>,
+}
+
+/// Events recorded on up to two streams, destroyed (and their contexts let go) when the fence
+/// is; or the conservative fallback.
+pub struct ReleaseFence {
+    events: Vec<FenceEvent>,
+    /// The context to synchronise instead, where an event could not be recorded.
+    fallback: Option<HeldContext>,
+}
+
+// SAFETY: CUDA events and contexts are process-wide driver handles that any thread may query,
+// wait for or destroy; a fence owns its events and holds their contexts, and every call on
+// them pushes the event's context on the calling thread first.
 unsafe impl Send for ReleaseFence {}
 
 impl ReleaseFence {
-    /// Records an event on `first`, and on `second` when it is another stream, on device
-    /// `device`. Streams are `CUstream` values: 1 the legacy default stream, 2 the per-thread
-    /// default stream, or a handle. Returns the fence, holding every event that could be
-    /// recorded, with the first failure.
-    ///
-    /// A per-thread default stream (2) is recorded as the legacy default stream (1): the
-    /// release may run on another thread than the one whose per-thread stream the consumer
-    /// used, and an event on the legacy default stream completes only after the work enqueued
-    /// before it on every blocking stream of the context, per-thread default streams included.
+    /// A fence that waits for nothing.
+    pub fn none() -> Self {
+        Self {
+            events: Vec::new(),
+            fallback: None,
+        }
+    }
+
+    /// Records an event on each of `streams` (a stream named twice once). `memory_device` is the
+    /// device whose primary context stands in where a stream's context is unknown, and which the
+    /// fallback synchronises. Returns the fence, holding every event that could be recorded (and
+    /// the fallback where one could not), with the first failure.
     ///
     /// # Safety
-    /// `first` and `second` must be 1, 2 or live `CUstream`s of device `device`: the driver
-    /// dereferences them and does not validate arbitrary values.
-    pub unsafe fn record(device: i32, first: usize, second: Option<usize>) -> (Self, Result<()>) {
-        let mut fence = Self {
-            device,
-            events: [std::ptr::null_mut(); 2],
-            len: 0,
-        };
-        let context = match DeviceContext::enter(device) {
-            Ok(context) => context,
-            Err(error) => return (fence, Err(error)),
-        };
-        let as_recorded = |stream| match stream {
-            PER_THREAD_DEFAULT => LEGACY_DEFAULT,
-            other => other,
-        };
-        let first = as_recorded(first);
-        let second = second.map(as_recorded).filter(|&s| s != first);
+    /// Every handle must be 1, 2 or a live `CUstream`: the driver dereferences it and does not
+    /// validate arbitrary values. A user context named with an alias must stay alive until the
+    /// fence is dropped.
+    pub unsafe fn record(memory_device: i32, streams: Vec<FenceStream>) -> (Self, Result<()>) {
+        let mut fence = Self::none();
         let mut outcome = Ok(());
-        for stream in std::iter::once(first).chain(second) {
-            // SAFETY: a stream of this function's contract; the device's context is current.
-            match unsafe { record_on(stream) } {
-                Ok(event) => {
-                    fence.events[fence.len] = event;
-                    fence.len += 1;
+        let mut seen: Vec<usize> = Vec::with_capacity(streams.len());
+        for stream in streams {
+            let recorded = recorded_stream(stream.handle);
+            if seen.contains(&recorded) {
+                continue;
+            }
+            seen.push(recorded);
+            // SAFETY: a stream of this function's contract.
+            match unsafe { fence_event(memory_device, stream) } {
+                Ok(event) => fence.events.push(event),
+                Err(error) => {
+                    if fence.fallback.is_none() {
+                        fence.fallback = HeldContext::primary(memory_device).ok();
+                    }
+                    outcome = outcome.and(Err(error));
                 }
-                Err(error) => outcome = outcome.and(Err(error)),
             }
         }
-        drop(context);
         (fence, outcome)
     }
 
-    /// Whether every event has completed. A query that fails counts as complete: the failure
-    /// is the driver's answer for good, and [`Self::wait`] reports it.
-    pub fn is_complete(&self) -> bool {
-        if self.len == 0 {
-            return true;
+    /// A fence that only synchronises the primary context of `memory_device` (a release that
+    /// named no stream to wait for), with the failure to hold it, if any.
+    pub fn conservative(memory_device: i32) -> (Self, Result<()>) {
+        match HeldContext::primary(memory_device) {
+            Ok(context) => (
+                Self {
+                    events: Vec::new(),
+                    fallback: Some(context),
+                },
+                Ok(()),
+            ),
+            Err(error) => (Self::none(), Err(error)),
         }
-        let Ok(_context) = DeviceContext::enter(self.device) else {
-            return true;
-        };
-        self.events[..self.len].iter().all(|&event| {
-            // SAFETY: a live event this fence created; the device's context is current.
-            let status = unsafe { sys::cuEventQuery(event) };
-            status != sys::CUresult::CUDA_ERROR_NOT_READY
+    }
+
+    /// Whether this fence waits for anything (no driver, or nothing recorded: it does not).
+    pub fn orders_anything(&self) -> bool {
+        !self.events.is_empty() || self.fallback.is_some()
+    }
+
+    /// Whether the consumer's work is known to be complete, so the deleter may run without a
+    /// wait. Events deferred by a capture are recorded here once it has ended. A fallback is
+    /// never complete without its wait; a capture still running, never; a failed query counts
+    /// as complete (the failure is the driver's answer for good, and [`Self::wait`] reports it).
+    pub fn is_complete(&mut self) -> bool {
+        if self.fallback.is_some() {
+            return false;
+        }
+        self.events.iter_mut().all(|event| {
+            // SAFETY: the stream is live until release (`record`'s contract).
+            if !unsafe { event.record_if_capture_ended() } {
+                return false;
+            }
+            let Ok(_current) = event.context.enter() else {
+                return true;
+            };
+            // SAFETY: a live event this fence created; its context is current.
+            let status = unsafe { sys::cuEventQuery(event.event) };
+            !is_still_running(status)
+        })
+    }
+
+    /// Whether [`Self::wait`] would finish by itself: false while a stream is being captured
+    /// (the capture ends only when its owner ends it, perhaps on this very thread).
+    pub fn can_wait(&mut self) -> bool {
+        self.events.iter_mut().all(|event| {
+            // SAFETY: as in `is_complete`.
+            unsafe { event.record_if_capture_ended() }
         })
     }
 
     /// Blocks the calling thread until every event has completed (each was created with
-    /// `CU_EVENT_BLOCKING_SYNC`, so the thread sleeps rather than spins), then destroys them.
-    /// Returns the first failure; every event is waited for regardless.
+    /// `CU_EVENT_BLOCKING_SYNC`, so the thread sleeps rather than spins) or the fallback's
+    /// context is synchronised, then destroys the events. Returns the first failure; everything
+    /// is waited for regardless. An event whose stream is still being captured cannot be waited
+    /// for: that is [`Error::ReleaseDuringCapture`] (ask [`Self::can_wait`] first).
     pub fn wait(mut self) -> Result<()> {
-        if self.len == 0 {
-            return Ok(());
-        }
-        let _context = DeviceContext::enter(self.device)?;
         let mut outcome = Ok(());
-        for &event in &self.events[..self.len] {
-            // SAFETY: a live event this fence created; the device's context is current.
-            let status = unsafe { sys::cuEventSynchronize(event) };
-            outcome = outcome.and(call(status, "cuEventSynchronize"));
+        if !self.can_wait() {
+            outcome = Err(Error::ReleaseDuringCapture);
+        }
+        for event in &self.events {
+            if event.awaiting_capture.is_some() {
+                continue;
+            }
+            let waited = event.context.enter().and_then(|_current| {
+                // SAFETY: a live event this fence created; its context is current.
+                call(
+                    unsafe { sys::cuEventSynchronize(event.event) },
+                    "cuEventSynchronize",
+                )
+            });
+            outcome = outcome.and(waited);
+        }
+        if let Some(context) = self.fallback.take() {
+            let synchronised = context.enter().and_then(|_current| {
+                // SAFETY: a context is current; this waits for its work only.
+                call(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+            });
+            outcome = outcome.and(synchronised);
         }
         outcome.and(self.destroy())
     }
 
-    /// Destroys the events (with the device's context current); returns the first failure.
+    /// Destroys the events (each with its context current); returns the first failure.
     fn destroy(&mut self) -> Result<()> {
         let mut outcome = Ok(());
-        for &event in &self.events[..self.len] {
-            // SAFETY: a live event this fence created, destroyed once (`len` is reset below).
-            let status = unsafe { sys::cuEventDestroy_v2(event) };
-            outcome = outcome.and(call(status, "cuEventDestroy"));
+        for event in self.events.drain(..) {
+            let destroyed = event.context.enter().and_then(|_current| {
+                // SAFETY: a live event this fence created, destroyed once (drained).
+                call(
+                    unsafe { sys::cuEventDestroy_v2(event.event) },
+                    "cuEventDestroy",
+                )
+            });
+            outcome = outcome.and(destroyed);
+            // The context is let go after its event: `event` drops here.
         }
-        self.len = 0;
         outcome
     }
 }
 
 impl Drop for ReleaseFence {
     fn drop(&mut self) {
-        if self.len == 0 {
-            return;
-        }
         // Errors are ignored: Drop never panics and has no caller to tell.
-        if let Ok(_context) = DeviceContext::enter(self.device) {
-            let _ = self.destroy();
+        let _ = self.destroy();
+    }
+}
+
+impl FenceEvent {
+    /// Records the event once its stream is no longer being captured; whether it is recorded.
+    ///
+    /// # Safety
+    /// The deferred stream must still be live.
+    unsafe fn record_if_capture_ended(&mut self) -> bool {
+        let Some(stream) = self.awaiting_capture else {
+            return true;
+        };
+        let Ok(_current) = self.context.enter() else {
+            return false;
+        };
+        // SAFETY: the stream is live (contract); its context is current.
+        match unsafe { is_capturing(stream) } {
+            Ok(true) => false,
+            // A stream the driver no longer answers for has nothing more to record.
+            Err(_) => {
+                self.awaiting_capture = None;
+                true
+            }
+            Ok(false) => {
+                // SAFETY: our event; the stream is live and not capturing; its context is
+                // current. A failed record leaves an event that completes at once.
+                let _ = unsafe { sys::cuEventRecord(self.event, stream as sys::CUstream) };
+                self.awaiting_capture = None;
+                true
+            }
         }
     }
 }
 
-/// Creates an event and records it on `stream`.
+/// Whether a query's status says the work is still going (or cannot be asked about yet).
+fn is_still_running(status: sys::CUresult) -> bool {
+    use sys::CUresult as R;
+    matches!(
+        status,
+        R::CUDA_ERROR_NOT_READY
+            | R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+            | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+            | R::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+    )
+}
+
+/// Creates an event in `stream`'s context (see [`context_choice`]) and records it there, or
+/// defers the record while the stream is being captured.
 ///
 /// # Safety
-/// `stream` must be 1, 2 or a live `CUstream` of the current context's device.
-unsafe fn record_on(stream: usize) -> Result<sys::CUevent> {
+/// `stream.handle` must be 1, 2 or a live `CUstream`.
+unsafe fn fence_event(memory_device: i32, stream: FenceStream) -> Result<FenceEvent> {
+    let choice = context_choice(stream.handle, stream.alias_context.is_some());
+    let context = match (choice, stream.alias_context) {
+        // SAFETY: a live stream (contract).
+        (ContextChoice::OfStream, _) => unsafe { HeldContext::of_stream(stream.handle) }?,
+        (ContextChoice::NamedWithAlias, Some(context)) => context,
+        _ => HeldContext::primary(memory_device)?,
+    };
+    let handle = recorded_stream(stream.handle);
+    let current = context.enter()?;
     let mut event: sys::CUevent = std::ptr::null_mut();
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
         | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
-    // SAFETY: `event` is a valid out-pointer; a context is current (caller's contract).
-    let status = unsafe { sys::cuEventCreate(&mut event, flags) };
-    call(status, "cuEventCreate")?;
-    // SAFETY: `event` was just created; `stream` is live (this function's contract).
-    let status = unsafe { sys::cuEventRecord(event, stream as sys::CUstream) };
-    let recorded = call(status, "cuEventRecord");
-    if let Err(error) = recorded {
-        // SAFETY: our event, recorded nowhere, destroyed once.
-        let _ = unsafe { sys::cuEventDestroy_v2(event) };
-        return Err(error);
+    // SAFETY: `event` is a valid out-pointer; the stream's context is current.
+    call(
+        unsafe { sys::cuEventCreate(&mut event, flags) },
+        "cuEventCreate",
+    )?;
+    // SAFETY: a live stream (contract); its context is current.
+    let capturing = unsafe { is_capturing(handle) };
+    let recorded = match capturing {
+        Ok(true) => Ok(Some(handle)),
+        Ok(false) => {
+            // SAFETY: `event` was just created in the stream's context; the stream is live.
+            call(
+                unsafe { sys::cuEventRecord(event, handle as sys::CUstream) },
+                "cuEventRecord",
+            )
+            .map(|()| None)
+        }
+        Err(error) => Err(error),
+    };
+    match recorded {
+        Ok(awaiting_capture) => {
+            drop(current);
+            Ok(FenceEvent {
+                context,
+                event,
+                awaiting_capture,
+            })
+        }
+        Err(error) => {
+            // SAFETY: our event, recorded nowhere, destroyed once; its context is current.
+            let _ = unsafe { sys::cuEventDestroy_v2(event) };
+            Err(error)
+        }
     }
-    Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_live_in_the_streams_context_or_the_one_its_alias_meant() {
+        assert_eq!(context_choice(0x7f00, false), ContextChoice::OfStream);
+        assert_eq!(
+            context_choice(0x7f00, true),
+            ContextChoice::OfStream,
+            "a handle names its own context"
+        );
+        for alias in [1, 2] {
+            assert_eq!(context_choice(alias, true), ContextChoice::NamedWithAlias);
+            assert_eq!(
+                context_choice(alias, false),
+                ContextChoice::PrimaryOfMemoryDevice
+            );
+        }
+        assert_eq!(recorded_stream(2), 1);
+        assert_eq!(recorded_stream(1), 1);
+        assert_eq!(recorded_stream(0x7f00), 0x7f00);
+    }
+
+    #[test]
+    fn a_capture_counts_as_still_running_and_other_failures_as_done() {
+        use sys::CUresult as R;
+        assert!(is_still_running(R::CUDA_ERROR_NOT_READY));
+        assert!(is_still_running(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+        assert!(is_still_running(R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+        assert!(!is_still_running(R::CUDA_SUCCESS));
+        assert!(!is_still_running(R::CUDA_ERROR_INVALID_HANDLE));
+    }
+
+    #[test]
+    fn without_a_driver_a_fence_records_nothing_and_waits_for_nothing() {
+        let here = super::super::driver();
+        assert!(
+            matches!(here, Err(Error::NoCudaDriver)),
+            "asserts the no-driver behaviour, but this machine answers {here:?}"
+        );
+        let streams = vec![
+            FenceStream {
+                handle: 0x1234,
+                alias_context: None,
+            },
+            FenceStream {
+                handle: 2,
+                alias_context: None,
+            },
+        ];
+        // SAFETY: without a driver nothing is dereferenced.
+        let (mut fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
+        assert!(matches!(recorded, Err(Error::NoCudaDriver)), "{recorded:?}");
+        assert!(!fence.orders_anything());
+        assert!(fence.is_complete() && fence.can_wait());
+        fence.wait().unwrap();
+        let (fence, held) = ReleaseFence::conservative(0);
+        assert!(matches!(held, Err(Error::NoCudaDriver)));
+        assert!(!fence.orders_anything());
+    }
 }

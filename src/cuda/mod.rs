@@ -9,6 +9,8 @@
 //! functions, and on `sys` where `result` lacks the call (pointer attributes, stream queries,
 //! context push/pop). Each such call is wrapped once, in [`call`].
 //!
+//! - [`context`]: the context a stream's work belongs to, held while our events live in it,
+//!   and graph captures left undisturbed by our queries;
 //! - [`pointer`]: does a CUDA tensor's pointer really live where its DLPack device says?
 //! - [`order`]: make a consumer's stream wait for a producer's, with an event (never a
 //!   device-wide synchronisation);
@@ -17,6 +19,7 @@
 //! - [`stream_info`]: what a raw `CUstream` belongs to (context, device, flags, priority);
 //! - [`to_host`]: a device tensor copied to host memory (for `dl_device=(CPU, 0)`).
 
+pub mod context;
 pub mod fence;
 pub mod order;
 pub mod pointer;
@@ -140,8 +143,15 @@ mod tests {
         };
         assert!(matches!(described, Err(Error::NoCudaDriver)));
         assert!(matches!(ordered, Err(Error::NoCudaDriver)));
+        // SAFETY: without a driver it returns before the handle is used.
+        let ready = unsafe { order::ReadyEvent::record(0, 0x1234) };
+        assert!(matches!(ready, Err(Error::NoCudaDriver)));
+        let streams = vec![fence::FenceStream {
+            handle: 0x1234,
+            alias_context: None,
+        }];
         // SAFETY: without a driver it returns before any handle is used.
-        let (fence, recorded) = unsafe { fence::ReleaseFence::record(0, 0x1234, Some(2)) };
+        let (mut fence, recorded) = unsafe { fence::ReleaseFence::record(0, streams) };
         assert!(matches!(recorded, Err(Error::NoCudaDriver)));
         assert!(
             fence.is_complete(),
@@ -160,8 +170,8 @@ mod tests {
         assert!(matches!(&checked, Err(Error::NoCudaDriver)), "{checked:?}");
         let message = checked.unwrap_err().to_string();
         assert!(message.starts_with("no CUDA driver"), "{message}");
-        // SAFETY: without a driver it returns before the memory or the stream is used.
-        let copied = unsafe { to_host::copy_to_host(&on_device, 1) };
+        // SAFETY: without a driver it returns before the memory is used.
+        let copied = unsafe { to_host::copy_to_host(&on_device, None) };
         assert!(matches!(copied, Err(Error::NoCudaDriver)));
         let message = Error::NoCudaDriver.to_string();
         assert!(message.contains("dl_device=(CPU, 0)"), "{message}");

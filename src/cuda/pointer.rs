@@ -67,6 +67,21 @@ pub fn pointer_info(address: usize, ordinal: i32) -> Result<PointerInfo> {
     })
 }
 
+/// What `info` lacks to be memory of DLPack device `kind` with id `id`, or `None` when it is
+/// that memory. Managed memory passes as kDLCUDA memory of any device: the driver reports it
+/// as host or device memory "regardless of its physical location", and every device of the
+/// process may use it.
+fn mismatch(kind: DeviceKind, id: i32, info: &PointerInfo) -> Option<&'static str> {
+    match kind {
+        DeviceKind::Cuda if info.managed => None,
+        DeviceKind::Cuda if info.memory_type != DEVICE => Some("device memory"),
+        DeviceKind::Cuda if info.device_ordinal != id => Some("memory of this device ordinal"),
+        DeviceKind::CudaManaged if !info.managed => Some("managed (unified) memory"),
+        DeviceKind::CudaHost if info.memory_type != HOST => Some("page-locked host memory"),
+        _ => None,
+    }
+}
+
 /// Checks that a CUDA-family tensor's memory is what its DLPack device claims.
 ///
 /// Without a usable driver the answer is that ([`Error::NoCudaDriver`] or
@@ -93,16 +108,7 @@ pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
             cause: Box::new(cause),
         }
     })?;
-    let mismatch = match kind {
-        DeviceKind::Cuda if info.memory_type != DEVICE => Some("device memory"),
-        DeviceKind::Cuda if info.device_ordinal != descriptor.device().id => {
-            Some("memory of this device ordinal")
-        }
-        DeviceKind::CudaManaged if !info.managed => Some("managed (unified) memory"),
-        DeviceKind::CudaHost if info.memory_type != HOST => Some("page-locked host memory"),
-        _ => None,
-    };
-    match mismatch {
+    match mismatch(kind, descriptor.device().id, &info) {
         Some(expected) => Err(Error::CudaPointerMismatch {
             device: descriptor.device().to_dlpack(),
             expected,
@@ -111,5 +117,62 @@ pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
             managed: info.managed,
         }),
         None => Ok(info),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(memory_type: u32, device_ordinal: i32, managed: bool) -> PointerInfo {
+        PointerInfo {
+            memory_type,
+            device_ordinal,
+            managed,
+            context: 0,
+        }
+    }
+
+    #[test]
+    fn managed_memory_passes_as_device_memory_wherever_the_driver_says_it_is() {
+        for memory_type in [HOST, DEVICE] {
+            assert_eq!(
+                mismatch(DeviceKind::Cuda, 0, &info(memory_type, 0, true)),
+                None
+            );
+            assert_eq!(
+                mismatch(DeviceKind::Cuda, 1, &info(memory_type, 0, true)),
+                None
+            );
+            assert_eq!(
+                mismatch(DeviceKind::CudaManaged, 0, &info(memory_type, 0, true)),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn other_memory_must_be_what_its_device_says() {
+        assert_eq!(mismatch(DeviceKind::Cuda, 0, &info(DEVICE, 0, false)), None);
+        assert_eq!(
+            mismatch(DeviceKind::Cuda, 0, &info(HOST, 0, false)),
+            Some("device memory")
+        );
+        assert_eq!(
+            mismatch(DeviceKind::Cuda, 1, &info(DEVICE, 0, false)),
+            Some("memory of this device ordinal")
+        );
+        assert_eq!(
+            mismatch(DeviceKind::CudaManaged, 0, &info(DEVICE, 0, false)),
+            Some("managed (unified) memory")
+        );
+        assert_eq!(
+            mismatch(DeviceKind::CudaHost, 0, &info(HOST, -1, false)),
+            None
+        );
+        assert_eq!(
+            mismatch(DeviceKind::CudaHost, 0, &info(DEVICE, 0, false)),
+            Some("page-locked host memory")
+        );
     }
 }

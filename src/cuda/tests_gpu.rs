@@ -336,9 +336,11 @@ fn copy_to_host_brings_compact_and_strided_device_tensors_back() {
     let (address, _read) = slice.device_ptr(&stream);
     let handle = stream.cu_stream() as usize;
 
+    // SAFETY: a live stream of device 0.
+    let ready = unsafe { super::order::ReadyEvent::record(0, handle) }.unwrap();
     let read_back = |d: &TensorDescriptor| {
-        // SAFETY: `d` addresses `slice`, which lives on device 0; `handle` is a live stream.
-        let copy = unsafe { copy_to_host(d, handle) }.unwrap();
+        // SAFETY: `d` addresses `slice`, which lives on device 0.
+        let copy = unsafe { copy_to_host(d, Some(&ready)) }.unwrap();
         assert_eq!(copy.descriptor.device(), Device::CPU);
         assert!(copy.descriptor.is_copied() && copy.descriptor.is_row_major_compact());
         let bytes = copy.buffer.as_slice();
@@ -408,7 +410,7 @@ fn a_release_waits_on_the_host_for_the_consumers_stream_then_runs_the_deleter() 
     let gate = closed_gate();
     close(&consumer, &gate);
 
-    let release = tensor.into_release();
+    let mut release = tensor.into_release();
     assert!(release.is_ordered());
     assert!(!release.is_ready(), "the consumer's stream is still busy");
     assert_eq!(CountingOwner::releases(&count), 0);
@@ -442,7 +444,7 @@ fn a_release_after_the_callers_stream_waits_for_it_too_and_a_queue_can_ask_witho
     close(&caller, &gate);
 
     // SAFETY: a live stream of device 0.
-    let release = unsafe { tensor.into_release_after(caller.cu_stream() as usize) };
+    let mut release = unsafe { tensor.into_release_after(caller.cu_stream() as usize) };
     // Asking never waits: the host returns while the caller's stream is busy.
     let started = Instant::now();
     assert!(!release.is_ready(), "the caller's stream is still busy");
@@ -490,7 +492,7 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
         imported_on_device(&memory, crate::stream::StreamRequest::PerThreadDefault);
     assert_eq!(tensor.consumer_stream(), Some(2));
     // Released on this thread, whose own per-thread stream is idle.
-    let release = tensor.into_release();
+    let mut release = tensor.into_release();
     assert!(
         !release.is_ready(),
         "recorded on the legacy default stream, the fence waits for the other thread's work"
@@ -502,4 +504,198 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
     released.send(()).unwrap();
     importer.join().unwrap();
     assert!(!gate.timed_out.load(Ordering::SeqCst));
+}
+
+/// A user context of device 0 (not the primary one) with a non-blocking stream in it; the
+/// context is popped again, so that it is current nowhere. Destroyed on drop.
+struct UserContextStream {
+    context: sys::CUcontext,
+    stream: sys::CUstream,
+}
+
+impl UserContextStream {
+    fn new() -> Self {
+        let device = result::device::get(0).unwrap();
+        let mut context: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer valid; cuCtxCreate makes the new context current on this thread.
+        let status = unsafe { sys::cuCtxCreate_v2(&mut context, 0, device) };
+        assert_eq!(status, sys::CUresult::CUDA_SUCCESS, "cuCtxCreate");
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: out-pointer valid; the user context is current.
+        let status = unsafe { sys::cuStreamCreate(&mut stream, flags) };
+        assert_eq!(status, sys::CUresult::CUDA_SUCCESS, "cuStreamCreate");
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: pops the context cuCtxCreate pushed.
+        let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+        Self { context, stream }
+    }
+}
+
+impl Drop for UserContextStream {
+    fn drop(&mut self) {
+        // SAFETY: our stream and context, destroyed once, the stream with its context current.
+        unsafe {
+            let _ = sys::cuCtxPushCurrent_v2(self.context);
+            let _ = sys::cuStreamDestroy_v2(self.stream);
+            let mut popped: sys::CUcontext = std::ptr::null_mut();
+            let _ = sys::cuCtxPopCurrent_v2(&mut popped);
+            let _ = sys::cuCtxDestroy_v2(self.context);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_fence_records_in_the_context_of_a_user_context_stream() {
+    use super::fence::{FenceStream, ReleaseFence};
+    let _primary = device();
+    let user = UserContextStream::new();
+    let streams = vec![FenceStream {
+        handle: user.stream as usize,
+        alias_context: None,
+    }];
+    // SAFETY: a live stream, outliving the fence.
+    let (mut fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
+    recorded.expect("an event in the stream's own context (the primary one is refused)");
+    assert!(fence.orders_anything() && fence.can_wait());
+    fence.wait().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn an_alias_fence_holds_the_primary_context_for_its_life() {
+    use super::context::HeldContext;
+    use super::fence::{FenceStream, ReleaseFence};
+    let context = device();
+    let streams = vec![FenceStream {
+        handle: 1,
+        alias_context: HeldContext::current().unwrap(),
+    }];
+    // SAFETY: the legacy default stream of a current context.
+    let (fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
+    recorded.unwrap();
+    drop(context);
+    let mut flags = 0u32;
+    let mut active = 0i32;
+    // SAFETY: out-pointers valid; device 0 exists.
+    let status = unsafe { sys::cuDevicePrimaryCtxGetState(0, &mut flags, &mut active) };
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        active, 1,
+        "the fence's retain keeps the primary context alive"
+    );
+    fence.wait().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_capturing_stream_defers_its_event_and_queries_do_not_break_a_global_capture() {
+    use super::fence::{FenceStream, ReleaseFence};
+    let context = device();
+    let captured = context.new_stream().unwrap();
+    let other = context.new_stream().unwrap();
+    let fence_on = |stream: &CudaStream| {
+        let streams = vec![FenceStream {
+            handle: stream.cu_stream() as usize,
+            alias_context: None,
+        }];
+        // SAFETY: live streams of device 0, outliving the fences.
+        let (fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
+        recorded.unwrap();
+        fence
+    };
+    let mut elsewhere = fence_on(&other);
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+    // SAFETY: a live stream of the current context.
+    let status = unsafe { sys::cuStreamBeginCapture_v2(captured.cu_stream(), mode) };
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+    let mut during = fence_on(&captured);
+    assert!(
+        !during.is_complete(),
+        "a capturing consumer stream is not ready"
+    );
+    assert!(!during.can_wait());
+    // A query of an unrelated fence while a global-mode capture runs (relaxed for us).
+    let _ = elsewhere.is_complete();
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above on the same stream.
+    let status = unsafe { sys::cuStreamEndCapture(captured.cu_stream(), &mut graph) };
+    assert_eq!(
+        status,
+        sys::CUresult::CUDA_SUCCESS,
+        "our calls invalidated the capture"
+    );
+    assert!(during.can_wait(), "recorded once the capture has ended");
+    during.wait().unwrap();
+    elsewhere.wait().unwrap();
+    // SAFETY: the graph the capture made, destroyed once.
+    let _ = unsafe { sys::cuGraphDestroy(graph) };
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn an_exports_ready_event_outlives_its_producers_stream() {
+    use super::order::ReadyEvent;
+    let context = device();
+    let consumer = context.new_stream().unwrap();
+    let mut producer: sys::CUstream = std::ptr::null_mut();
+    let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+    context.bind_to_thread().unwrap();
+    // SAFETY: out-pointer valid; device 0's primary context is current.
+    let status = unsafe { sys::cuStreamCreate(&mut producer, flags) };
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+    let gate = closed_gate();
+    // SAFETY: the stream is live; `gate` outlives the enqueued call (synchronised below).
+    unsafe {
+        result::stream::launch_host_function(
+            producer,
+            hold_until_open,
+            std::ptr::from_ref(&*gate).cast_mut().cast(),
+        )
+    }
+    .unwrap();
+    // SAFETY: a live stream of device 0.
+    let ready = unsafe { ReadyEvent::record(0, producer as usize) }.unwrap();
+    // The producer's stream goes away (its pending work still runs), as a Julia task's does.
+    // SAFETY: our stream, destroyed once.
+    let _ = unsafe { sys::cuStreamDestroy_v2(producer) };
+    // SAFETY: a live stream of device 0.
+    unsafe { ready.order_before(consumer.cu_stream() as usize) }.unwrap();
+    assert!(
+        !completes_soon(&context, &consumer),
+        "the consumer waits for the producer"
+    );
+    gate.open.store(true, Ordering::SeqCst);
+    consumer.synchronize().unwrap();
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn managed_memory_passes_the_pointer_check_as_kdlcuda() {
+    let context = device();
+    let stream = context.default_stream();
+    // SAFETY: only handed to pointer queries.
+    let unified = unsafe { context.alloc_unified::<f32>(32, true) }.unwrap();
+    let (address, _read) = unified.device_ptr(&stream);
+    let info = check_pointer(&on(CUDA0, address, &[32], &[1])).unwrap();
+    assert!(info.managed, "{info:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_no_sync_import_released_without_a_stream_waits_for_the_context_and_says_what_to_pass() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let (tensor, count) = imported_on_device(&memory, crate::stream::StreamRequest::NoSync);
+    let release = tensor.into_release();
+    assert!(release.is_ordered(), "never an unordered deleter");
+    let outcome = release.complete();
+    assert!(
+        matches!(outcome, Err(Error::ReleaseNeedsStream)),
+        "{outcome:?}"
+    );
+    assert_eq!(CountingOwner::releases(&count), 1);
 }

@@ -1,9 +1,11 @@
 //! Device → host copies, for `__dlpack__(dl_device=(CPU, 0))` on a CUDA tensor.
 //!
-//! The bytes the tensor spans are copied on the producer's stream and that stream (only) is
-//! synchronised — the host must hold the data before it returns it. A non-compact tensor is
-//! then compacted on the host by the copy engine.
+//! The bytes the tensor spans are copied on a private stream that first waits for the event
+//! marking the producer's writes ([`ReadyEvent`]), and that stream (only) is synchronised — the
+//! host must hold the data before it returns it. A non-compact tensor is then compacted on the
+//! host by the copy engine.
 
+use super::order::ReadyEvent;
 use super::{DeviceContext, call};
 use crate::copy::{AlignedBuffer, materialize};
 use crate::descriptor::TensorDescriptor;
@@ -18,12 +20,15 @@ pub struct HostCopy {
     pub descriptor: TensorDescriptor,
 }
 
-/// Copies `descriptor`'s elements from the device, ordered after `stream`'s work.
+/// Copies `descriptor`'s elements from the device, after `ready` (the producer's writes; `None`
+/// when nothing was written on a stream).
 ///
 /// # Safety
-/// `stream` must be 1, 2 or a live `CUstream` of the tensor's device, and `descriptor` must
-/// describe live device memory (a validated import).
-pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Result<HostCopy> {
+/// `descriptor` must describe live device memory (a validated import).
+pub unsafe fn copy_to_host(
+    descriptor: &TensorDescriptor,
+    ready: Option<&ReadyEvent>,
+) -> Result<HostCopy> {
     if descriptor.device().kind != crate::device::DeviceKind::Cuda {
         return Err(Error::NotCudaMemory {
             device: descriptor.device().to_dlpack(),
@@ -34,15 +39,18 @@ pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Resu
     let span = AlignedBuffer::try_zeroed((high - low) as usize)?;
     if !span.is_empty() {
         let source = (descriptor.first_element() as i64 + low) as sys::CUdeviceptr;
+        let stream = PrivateStream::create()?;
+        if let Some(ready) = ready {
+            // SAFETY: our live stream.
+            unsafe { ready.order_before(stream.0 as usize) }?;
+        }
         let (destination, bytes) = (span.as_ptr().cast(), span.len());
         // SAFETY: `span` holds exactly the bytes the tensor spans on the device; the source
-        // range is the tensor's own extent (validated at import).
-        let status = unsafe {
-            sys::cuMemcpyDtoHAsync_v2(destination, source, bytes, stream as sys::CUstream)
-        };
+        // range is the tensor's own extent (validated at import); the stream is ours.
+        let status = unsafe { sys::cuMemcpyDtoHAsync_v2(destination, source, bytes, stream.0) };
         call(status, "cuMemcpyDtoHAsync")?;
-        // SAFETY: `stream` is live (function contract).
-        let status = unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) };
+        // SAFETY: our live stream.
+        let status = unsafe { sys::cuStreamSynchronize(stream.0) };
         call(status, "cuStreamSynchronize")?;
     }
     let on_host = descriptor.moved_to((span.as_ptr() as i64 - low) as usize, Device::CPU)?;
@@ -66,4 +74,27 @@ pub unsafe fn copy_to_host(descriptor: &TensorDescriptor, stream: usize) -> Resu
         buffer,
         descriptor: compact,
     })
+}
+
+/// A non-blocking stream of the current context, destroyed on drop.
+struct PrivateStream(sys::CUstream);
+
+impl PrivateStream {
+    fn create() -> Result<Self> {
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: out-pointer valid; a context is current (the caller entered one).
+        call(
+            unsafe { sys::cuStreamCreate(&mut stream, flags) },
+            "cuStreamCreate",
+        )?;
+        Ok(Self(stream))
+    }
+}
+
+impl Drop for PrivateStream {
+    fn drop(&mut self) {
+        // SAFETY: our stream, destroyed once; errors are ignored in Drop.
+        let _ = unsafe { sys::cuStreamDestroy_v2(self.0) };
+    }
 }

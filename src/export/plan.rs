@@ -200,6 +200,23 @@ fn other_memory(device: Device, request: &ExportRequest) -> Result<Memory> {
     }
 }
 
+/// Whether consumers of memory on `kind` are ordered after its producer's stream: CUDA memory,
+/// and managed memory, which `__dlpack__` orders as CUDA memory is.
+pub fn ordered_by_streams(kind: DeviceKind) -> bool {
+    matches!(kind, DeviceKind::Cuda | DeviceKind::CudaManaged)
+}
+
+/// The stream the C exchange API's exports make memory ready on: the legacy default stream,
+/// which its `current_work_stream` reports, for memory streams order; none for the rest
+/// ("no_sync": the consumer orders its own streams).
+pub fn exchange_api_stream(kind: DeviceKind) -> StreamRequest {
+    if ordered_by_streams(kind) {
+        StreamRequest::LegacyDefault
+    } else {
+        StreamRequest::NoSync
+    }
+}
+
 /// The consumer's stream to order after the producer's for shared memory that is not plain
 /// CUDA memory: managed memory is ordered as CUDA memory is; on the CPU the stream was checked
 /// before; pinned host memory and other devices cannot honour a stream.
@@ -231,6 +248,18 @@ fn capsule(element: ElementType, read_only: bool, version: VersionRequest) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exchange_api_orders_managed_memory_as_it_orders_cuda_memory() {
+        for kind in [DeviceKind::Cuda, DeviceKind::CudaManaged] {
+            assert!(ordered_by_streams(kind));
+            assert_eq!(exchange_api_stream(kind), StreamRequest::LegacyDefault);
+        }
+        for kind in [DeviceKind::Cpu, DeviceKind::CudaHost] {
+            assert!(!ordered_by_streams(kind));
+            assert_eq!(exchange_api_stream(kind), StreamRequest::NoSync);
+        }
+    }
     use crate::error::ErrorKind;
 
     const CUDA: Device = Device {

@@ -7,8 +7,11 @@ torch, cupy and jax (CUDA builds). Needs no Rust there: it drives the prebuilt P
 (test/gpu/run.sh runs this, then the core's Rust GPU tests staged next to the library.)
 
 Every check asserts; the last line reads "N passed, M failed, K skipped" and the exit status is
-1 on any failure, 2 when checks were skipped (no torch or no GPU here: nothing was proven), 0
-otherwise. It takes several seconds (one ~1 s sleep kernel per ordering or release check).
+1 on any failure, 2 when the environment skipped every check (no torch or no GPU here: nothing
+was proven), 0 otherwise. A check that needs a newer peer than the one installed is skipped with
+the version named, and counted, but does not change the status. It takes several seconds (one
+~1 s sleep kernel per ordering or release check); long-kernel checks are judged against that
+kernel's own time, measured with CUDA events.
 
 The release checks run one check in a child process with RSDLPACK_TEST_UNORDERED_RELEASES=1
 (the library then orders no release; `--unordered-release-child` selects that child's work), to
@@ -43,24 +46,53 @@ else:
     SKIP = None if torch.cuda.is_available() else "torch sees no GPU here"
 
 
+class Skip(Exception):
+    """Raised by a check that the installed peers cannot run (the reason names the version)."""
+
+
+ENVIRONMENT_SKIPS = 0
+
+
 def check(name):
     def run(fn):
+        global ENVIRONMENT_SKIPS
         if CHILD:
             return fn  # the unordered child runs only its race, reported to the parent
         if SKIP is not None:
             RESULTS.append((name, None, SKIP))
+            ENVIRONMENT_SKIPS += 1
             print(f"SKIP {name}: {SKIP}", flush=True)
             return fn
         try:
             detail = fn()
             RESULTS.append((name, True, detail or ""))
             print(f"PASS {name} {detail or ''}", flush=True)
+        except Skip as reason:
+            RESULTS.append((name, None, str(reason)))
+            print(f"SKIP {name}: {reason}", flush=True)
         except Exception:
             RESULTS.append((name, False, traceback.format_exc()))
             print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
         return fn
     return run
 
+
+def glibc_check(library):
+    """Stops with a clear message when this machine's glibc is older than the staged library
+    needs (scripts/gpu_check.sh writes the need next to it), rather than failing in dlopen."""
+    needed_file = pathlib.Path(library).with_name("glibc_required.txt")
+    if not needed_file.exists():
+        return
+    needed = needed_file.read_text().strip()
+    here = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]  # "glibc 2.35" -> "2.35"
+    as_tuple = lambda v: tuple(int(p) for p in v.split("."))  # noqa: E731
+    if as_tuple(here) < as_tuple(needed):
+        print(f"{LIBRARY} needs glibc >= {needed}; this machine has {here}: rebuild it on a machine "
+              f"with glibc <= {here} (scripts/gpu_check.sh)", flush=True)
+        sys.exit(1)
+
+
+glibc_check(LIBRARY)
 
 # Loaded as Julia loads it (ccall: the GIL stays held during each call, so explicit releases run
 # their deleters at once), and as a plain CDLL (the GIL released around each call: releases
@@ -73,15 +105,31 @@ def cuda_options(stream):
     return ImportOptions(has_stream=1, stream=stream, has_device=1, device_type=KDLCUDA, device_id=0, copy=-1)
 
 
-def sleep_cycles_for(seconds):
-    """Clock cycles torch.cuda._sleep needs to spin for about `seconds` on this GPU."""
+def long_kernel(cycles):
+    """Enqueues torch.cuda._sleep(cycles) on the current stream; returns a function giving the
+    kernel's own duration in seconds (CUDA events around it; it waits for the kernel)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cycles = 50_000_000
     start.record()
     torch.cuda._sleep(cycles)
     end.record()
-    end.synchronize()
-    return int(cycles * seconds * 1000.0 / start.elapsed_time(end))
+
+    def seconds():
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+
+    return seconds
+
+
+def sleep_cycles_for(seconds):
+    """Clock cycles torch.cuda._sleep needs to spin for at least `seconds` on this GPU: warmed
+    up first (lazy loading and clock ramp-up inflate a cold launch), then calibrated on kernels
+    of >= 200 ms, at the fastest rate of three."""
+    long_kernel(1_000_000)()
+    cycles = 10_000_000
+    while (taken := long_kernel(cycles)()) < 0.2:
+        cycles = int(cycles * max(2.0, 0.25 / max(taken, 1e-6)))
+    fastest = min(long_kernel(cycles)() for _ in range(3))
+    return int(cycles * seconds / fastest)
 
 
 if SKIP is None:
@@ -139,14 +187,14 @@ def producer_tensor_written_slowly(n):
     x = torch.zeros(n, device="cuda")
     torch.cuda.synchronize()
     with torch.cuda.stream(P):
-        torch.cuda._sleep(SLEEP)
+        kernel = long_kernel(SLEEP)
         x.fill_(7.0)
     # stream=-1: the exporter (not torch) will order consumers after P.
     tensor, error = lib.import_(x, ImportOptions(has_stream=1, stream=-1, copy=-1))
     assert error is None, error
     exporter, error = lib.export(tensor, P.cuda_stream)
     assert error is None, error
-    return x, P, exporter
+    return x, P, exporter, kernel
 
 
 def warm_up(consume):
@@ -164,16 +212,17 @@ def warm_up(consume):
 
 
 def timed_consumer(consume, n):
-    """Host seconds spent in `consume(exporter)` while the producer's kernel runs, and whether
-    that kernel was still running afterwards; `consume` returns (the array, its pointer, its sum)."""
+    """Host seconds spent in `consume(exporter)` while the producer's kernel runs, whether that
+    kernel was still running afterwards, and its own duration; `consume` returns (the array,
+    its pointer, its sum)."""
     warm_up(consume)
-    x, P, exporter = producer_tensor_written_slowly(n)
+    x, P, exporter, kernel = producer_tensor_written_slowly(n)
     t0 = time.perf_counter()
     result = consume(exporter)
     host = time.perf_counter() - t0
     still_running = not P.query()
     torch.cuda.synchronize()
-    return x, result, host, still_running
+    return x, result, host, still_running, kernel()
 
 
 @check("torch consumer: ordered after the producer by an event, host not blocked")
@@ -186,12 +235,12 @@ def _():
             y = torch.from_dlpack(exporter)
             return y.data_ptr(), y.sum()
 
-    x, (pointer, total), host, still_running = timed_consumer(consume, n)
+    x, (pointer, total), host, still_running, kernel = timed_consumer(consume, n)
     assert pointer == x.data_ptr(), "zero-copy"
-    assert host < 0.5, f"the host waited {host:.3f} s (a device-wide or stream sync?)"
+    assert host < 0.5 * kernel, f"the host waited {host:.3f} s of the {kernel:.3f} s kernel (a device-wide or stream sync?)"
     assert still_running, "the producer kernel had finished: no proof that the host did not wait"
     assert total.item() == 7.0 * n, f"the consumer read {total.item()} (not ordered after the producer)"
-    return f"host returned in {host * 1000:.1f} ms while the 1 s producer kernel ran"
+    return f"host returned in {host * 1000:.1f} ms while the {kernel:.2f} s producer kernel ran"
 
 
 @check("cupy consumer: ordered after the producer by an event, host not blocked")
@@ -206,9 +255,9 @@ def _():
             z = cupy.from_dlpack(exporter)
             return z.data.ptr, z.sum()
 
-    x, (pointer, total), host, still_running = timed_consumer(consume, n)
+    x, (pointer, total), host, still_running, kernel = timed_consumer(consume, n)
     assert pointer == x.data_ptr(), "zero-copy"
-    assert host < 0.5, f"the host waited {host:.3f} s"
+    assert host < 0.5 * kernel, f"the host waited {host:.3f} s of the {kernel:.3f} s kernel"
     assert still_running, "the producer kernel had finished: no proof that the host did not wait"
     assert float(total) == 7.0 * n, f"the consumer read {float(total)}"
     return f"host returned in {host * 1000:.1f} ms"
@@ -222,7 +271,8 @@ def _():
         def __dlpack__(self, *args, **kwargs):
             raise AssertionError("__dlpack__ was called: the C exchange API was not used")
 
-    assert hasattr(torch.Tensor, "__dlpack_c_exchange_api__"), "this torch has no DLPack 1.3 C exchange API"
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        raise Skip(f"torch {torch.__version__} has no __dlpack_c_exchange_api__ (DLPack 1.3 C exchange API)")
     n = 1 << 22
     P, C = torch.cuda.Stream(), torch.cuda.Stream()
     # Warm the consumer's kernels (lazy loading would otherwise wait for running kernels).
@@ -230,7 +280,7 @@ def _():
     x = torch.zeros(n, device="cuda")
     torch.cuda.synchronize()
     with torch.cuda.stream(P):
-        torch.cuda._sleep(SLEEP)
+        kernel = long_kernel(SLEEP)
         x.fill_(7.0)
         # P is torch's current stream now: current_work_stream must name it.
         t0 = time.perf_counter()
@@ -247,14 +297,15 @@ def _():
         total = y.sum()
     producer_running = not P.query()
     consumer_waiting = not C.query()
-    assert host < 0.5, f"the host waited {host:.3f} s (a device-wide or stream sync?)"
+    C.synchronize()
+    kernel = kernel()
+    assert host < 0.5 * kernel, f"the host waited {host:.3f} s of the {kernel:.3f} s kernel (a device-wide or stream sync?)"
     assert producer_running, "the producer kernel had finished: no proof that the host did not wait"
     assert consumer_waiting, "the consumer's read already ran: it did not wait for the producer's event"
-    C.synchronize()
     assert y.data_ptr() == x.data_ptr()
     assert total.item() == 7.0 * n, f"the consumer read {total.item()} (not ordered after torch's stream)"
     del y, exporter
-    return f"host returned in {host * 1000:.1f} ms while the 1 s producer kernel ran"
+    return f"host returned in {host * 1000:.1f} ms while the {kernel:.2f} s producer kernel ran"
 
 
 @check("order_streams: the consumer stream waits, the host does not")
@@ -263,7 +314,7 @@ def _():
     x = torch.zeros(1024, device="cuda")
     torch.cuda.synchronize()
     with torch.cuda.stream(P):
-        torch.cuda._sleep(SLEEP)
+        kernel = long_kernel(SLEEP)
         x.fill_(3.0)
     t0 = time.perf_counter()
     assert lib.order_streams(0, P.cuda_stream, C.cuda_stream) is None
@@ -272,7 +323,9 @@ def _():
         s = x.sum()
     assert not C.query(), "the consumer stream should be waiting on the producer's event"
     C.synchronize()
-    assert host < 0.1 and s.item() == 3.0 * 1024
+    kernel = kernel()
+    assert host < 0.1 * kernel, f"order_streams took {host:.3f} s of the {kernel:.3f} s kernel"
+    assert s.item() == 3.0 * 1024
 
 
 @check("describe_stream: torch's stream has the current context, device and priority")
@@ -296,6 +349,8 @@ def _():
 def _():
     import numpy as np
 
+    if tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 1):
+        raise Skip(f"NumPy {np.__version__} has no from_dlpack(device=...) (NumPy >= 2.1)")
     t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4).t()
     tensor, error = lib.import_(t, cuda_options(torch.cuda.current_stream().cuda_stream or 1))
     assert error is None, error
@@ -303,6 +358,27 @@ def _():
     assert error is None, error
     host = np.from_dlpack(exporter, device="cpu")
     assert host.tolist() == t.cpu().tolist()
+
+
+@check("a CUDA import's deleter called with the GIL held does not wait for the consumer's kernel: it queues")
+def _():
+    C = torch.cuda.Stream()
+    x = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    tensor, error = lib_gil.import_(x, cuda_options(C.cuda_stream))
+    assert error is None, error
+    with torch.cuda.stream(C):
+        kernel = long_kernel(SLEEP)
+    t0 = time.perf_counter()
+    lib_gil.release(tensor)  # the re-wrapped tensor's deleter, with the GIL held
+    host = time.perf_counter() - t0
+    pending = lib.lib.rsdlpack_py_pending_releases()
+    kernel = kernel()
+    assert host < 0.5 * kernel, f"the deleter waited {host:.3f} s of the {kernel:.3f} s kernel with the GIL held"
+    assert pending == 1, f"{pending} releases queued, expected this one"
+    assert lib.lib.rsdlpack_py_flush_releases() == 1
+    assert lib.lib.rsdlpack_py_pending_releases() == 0
+    return f"the deleter returned in {host * 1000:.1f} ms"
 
 
 @check("Julia's one-call import plans CUDA tensors for a CuArray, refuses them for an Array")
@@ -355,7 +431,7 @@ def release_race(release, read_on_caller_stream=False):
     torch allocates a tensor of the same size on the stream the block came from and writes -1.
 
     Returns (how many elements the read saw corrupted, whether torch reused the block, the
-    host's seconds in `release`, what `release` returned)."""
+    host's seconds in `release`, what `release` returned, the long kernel's own seconds)."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()  # the freed block is then the only one of its size torch holds
     C, K = torch.cuda.Stream(), torch.cuda.Stream()
@@ -369,7 +445,7 @@ def release_race(release, read_on_caller_stream=False):
     del x, result  # the import holds torch's only reference: the deleter frees the block
     view = aliasing_view(address, RACE_N)
     with torch.cuda.stream(reader):
-        torch.cuda._sleep(SLEEP)  # the long kernel ...
+        kernel = long_kernel(SLEEP)  # the long kernel ...
         copy = view.clone()  # ... then the read of the imported memory
     del view
     t0 = time.perf_counter()
@@ -381,7 +457,7 @@ def release_race(release, read_on_caller_stream=False):
     torch.cuda.synchronize()
     corrupted = int((copy != 1.0).sum().item())
     del y, copy
-    return corrupted, reused, host, outcome
+    return corrupted, reused, host, outcome, kernel()
 
 
 def explicit_release(handle, _caller):
@@ -397,23 +473,23 @@ def release_after_caller(handle, caller):
 if CHILD:
     # Run by the parent with RSDLPACK_TEST_UNORDERED_RELEASES=1: the same race, unordered.
     assert SKIP is None, SKIP
-    corrupted, reused, host, _ = release_race(explicit_release)
-    print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host}), flush=True)
+    corrupted, reused, host, _, kernel = release_race(explicit_release)
+    print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host, "kernel": kernel}), flush=True)
     sys.exit(0)
 
 
 @check("explicit release: waits for the consumer's kernel on the import's stream; torch reuses the block uncorrupted")
 def _():
-    corrupted, reused, host, _ = release_race(explicit_release)
+    corrupted, reused, host, _, kernel = release_race(explicit_release)
     assert reused, "torch did not reuse the freed block: the check proves nothing"
     assert corrupted == 0, f"the kernel read {corrupted} overwritten elements: the deleter ran before it finished"
-    assert host > 0.5, f"the release returned after {host:.3f} s, before the ~1 s kernel ended"
+    assert host > 0.5 * kernel, f"the release returned after {host:.3f} s, before the {kernel:.3f} s kernel ended"
     return f"the release waited {host:.2f} s"
 
 
 @check("release_after (unsafe_free! of a CuArray): waits for the caller's stream too")
 def _():
-    corrupted, reused, host, outcome = release_race(release_after_caller, read_on_caller_stream=True)
+    corrupted, reused, host, outcome, _ = release_race(release_after_caller, read_on_caller_stream=True)
     assert outcome is None, outcome
     assert reused, "torch did not reuse the freed block: the check proves nothing"
     assert corrupted == 0, f"the kernel on the caller's stream read {corrupted} overwritten elements"
@@ -422,7 +498,7 @@ def _():
 
 @check("without the caller's stream, a read on another stream is not waited for (and the race is detected)")
 def _():
-    corrupted, reused, host, _ = release_race(explicit_release, read_on_caller_stream=True)
+    corrupted, reused, host, _, _ = release_race(explicit_release, read_on_caller_stream=True)
     assert reused, "torch did not reuse the freed block: the check proves nothing"
     assert corrupted > 0, "the read on a stream the release was not told of came out intact: the race was not provoked"
     return f"{corrupted} of {RACE_N} elements overwritten, the release took {host * 1000:.1f} ms"
@@ -441,11 +517,11 @@ def _():
         lib_gil.release_handle(probe.plan.tensor)
         pending["while_running"] = lib.lib.rsdlpack_py_pending_releases()
 
-    corrupted, reused, host, _ = release_race(queue_then_call)
+    corrupted, reused, host, _, kernel = release_race(queue_then_call)
     assert pending["while_running"] == 1, pending
     assert not reused, "the block was handed to torch while the kernel still read it"
     assert corrupted == 0, f"the kernel read {corrupted} overwritten elements"
-    assert host < 0.5, f"queueing and an ordinary call took {host:.3f} s: they must not wait for the GPU"
+    assert host < 0.5 * kernel, f"queueing and an ordinary call took {host:.3f} s of the {kernel:.3f} s kernel: they must not wait for the GPU"
     probe, _ = lib_gil.import_plan(torch.arange(2.0))  # the kernel is done: this call drains it
     lib_gil.release_handle(probe.plan.tensor)
     assert lib.lib.rsdlpack_py_pending_releases() == 0
@@ -458,10 +534,10 @@ def _():
         lib.release_later(handle)
         assert lib.lib.rsdlpack_py_flush_releases() >= 1
 
-    corrupted, reused, host, _ = release_race(queue_then_flush)
+    corrupted, reused, host, _, kernel = release_race(queue_then_flush)
     assert reused, "torch did not reuse the freed block: the check proves nothing"
     assert corrupted == 0, f"the kernel read {corrupted} overwritten elements"
-    assert host > 0.5, f"the flush returned after {host:.3f} s, before the ~1 s kernel ended"
+    assert host > 0.5 * kernel, f"the flush returned after {host:.3f} s, before the {kernel:.3f} s kernel ended"
     return f"the flush waited {host:.2f} s"
 
 
@@ -474,7 +550,7 @@ def _():
     answer = json.loads(child.stdout.strip().splitlines()[-1])
     assert answer["reused"], f"torch did not reuse the freed block: the check proves nothing ({answer})"
     assert answer["corrupted"] > 0, f"unordered, the kernel still read intact data: the race was not provoked ({answer})"
-    assert answer["host"] < 0.5, answer
+    assert answer["host"] < 0.5 * answer["kernel"], answer
     return f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms"
 
 
@@ -482,4 +558,4 @@ passed = sum(ok is True for _, ok, _ in RESULTS)
 failed = sum(ok is False for _, ok, _ in RESULTS)
 skipped = sum(ok is None for _, ok, _ in RESULTS)
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
-sys.exit(1 if failed else 2 if skipped else 0)
+sys.exit(1 if failed else 2 if ENVIRONMENT_SKIPS else 0)

@@ -91,7 +91,8 @@ fn rust_to_python(py: Python<'_>, globals: &Bound<'_, PyDict>) -> PyResult<()> {
     let owned = unsafe { ManagedTensor::from_versioned_raw(managed.into_raw()) }
         .and_then(ImportedTensor::new)
         .map_err(value_error)?;
-    globals.set_item("exporter", Py::new(py, Exporter::new(owned, None))?)?;
+    let exporter = Exporter::new(owned, None).map_err(PyErr::from)?;
+    globals.set_item("exporter", Py::new(py, exporter)?)?;
     py.run(
         c"n = np.from_dlpack(exporter)\n\
           j = jax.dlpack.from_dlpack(exporter)\n\

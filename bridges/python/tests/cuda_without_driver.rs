@@ -68,7 +68,8 @@ fn without_a_driver_importing_a_cuda_capsule_fails_clearly_and_releases_it() {
                 ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
                     .unwrap(),
                 None,
-            ),
+            )
+            .unwrap(),
         )
         .unwrap();
         let globals = PyDict::new(py);

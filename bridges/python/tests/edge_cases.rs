@@ -33,7 +33,7 @@ fn with_exporter<'py>(py: Python<'py>, tensor: ImportedTensor, code: &str) -> Bo
     globals
         .set_item(
             "exporter",
-            Py::new(py, Exporter::new(tensor, None)).unwrap(),
+            Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap(),
         )
         .unwrap();
     let prelude = "import gc\nimport numpy as np\n\
@@ -155,7 +155,7 @@ fn device_type_zero_and_unknown_types_are_refused_at_the_border_unless_opted_in(
         for device_type in [0u32, 99] {
             let (tensor, count) =
                 owned_tensor(ElementType::Float32, device_of_type(device_type), 4);
-            let owner = Py::new(py, Exporter::new(tensor, None)).unwrap();
+            let owner = Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap();
             let exporter = owner.bind(py).as_any();
             let err = import(exporter, &ImportRequest::default())
                 .err()
@@ -231,7 +231,7 @@ fn claimed_version(capsule: &Bound<'_, PyAny>) -> DLPackVersion {
 fn versioned_exports_claim_their_features_and_respect_max_version() {
     Python::attach(|py| {
         let (fp8, _) = owned_tensor(ElementType::RawBytes { code: 10, bits: 8 }, Device::CPU, 4);
-        let exporter = Py::new(py, Exporter::new(fp8, None)).unwrap();
+        let exporter = Py::new(py, Exporter::new(fp8, None).unwrap()).unwrap();
         let exporter = exporter.bind(py);
         let ask = |major: u32, minor: u32| {
             let kw = PyDict::new(py);
@@ -254,7 +254,7 @@ fn versioned_exports_claim_their_features_and_respect_max_version() {
         );
 
         let (plain, _) = owned_tensor(ElementType::Float32, Device::CPU, 4);
-        let exporter = Py::new(py, Exporter::new(plain, None)).unwrap();
+        let exporter = Py::new(py, Exporter::new(plain, None).unwrap()).unwrap();
         let kw = PyDict::new(py);
         kw.set_item("max_version", (1, 0)).unwrap();
         let capsule = exporter

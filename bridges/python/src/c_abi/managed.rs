@@ -192,7 +192,7 @@ pub unsafe extern "C" fn rsdlpack_py_export_with_stream(
         refuse_null!("rsdlpack_py_export", "out", out);
         let stream = (stream != 0).then_some(stream);
         let object = with_python(|py| {
-            Py::new(py, Exporter::new(owned, stream))
+            Py::new(py, Exporter::new(owned, stream)?)
                 .map_err(|e| BridgeError::producer("creating the exporter", e))
         })?;
         // SAFETY: `out` is writable; the new reference passes to the caller.

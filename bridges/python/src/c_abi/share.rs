@@ -71,7 +71,7 @@ pub unsafe extern "C" fn rsdlpack_py_share(
         // SAFETY: forwarded from this entry point's contract.
         let (spec, root, stream) = unsafe { read_array(array) }?;
         let exporter = with_python(|py| {
-            Py::new(py, Exporter::of_julia_array(spec, root, stream))
+            Py::new(py, Exporter::of_julia_array(spec, root, stream)?)
                 .map_err(|e| BridgeError::producer("creating the exporter", e))
         })?;
         // SAFETY: `out` is writable (checked non-null; caller's contract).

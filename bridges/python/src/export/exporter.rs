@@ -12,23 +12,28 @@
 use super::roots::JuliaRoot;
 use crate::error::BridgeResult;
 use crate::protocol::capsule::into_capsule;
-use crate::protocol::request::{ExportRequest, StreamRequest, VersionRequest};
+use crate::protocol::request::{ExportRequest, VersionRequest};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
+use rsdlpack::cuda::order::ReadyEvent;
 use rsdlpack::described::{DescribingOwner, export_legacy_described, export_versioned_described};
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
-use rsdlpack::export::plan::{self, Capsule, Memory, plan_export};
-use rsdlpack::{DeviceKind, ImportedTensor, IndexOrder, TensorDescriptor};
+use rsdlpack::export::plan::{
+    self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
+};
+use rsdlpack::{ImportedTensor, IndexOrder, TensorDescriptor};
 use std::sync::Arc;
 
 /// The tensor behind an exporter, and what keeps its memory alive.
 struct Source {
     described: Described,
-    /// For device memory: the stream on which its producer wrote it (`CUstream`; 1 is the
-    /// legacy default stream). Consumers' streams are ordered after it.
-    stream: Option<usize>,
+    /// For device memory: the point in the stream on which its producer wrote it, recorded
+    /// when the exporter was made. Consumers' streams are ordered after it; the producer's
+    /// stream itself is not used again (it may be gone by the time a consumer comes).
+    /// `None` for other memory, and where no driver exists (ordering then fails as it would).
+    ready: Option<ReadyEvent>,
 }
 
 /// A source's descriptor with what keeps its memory alive until the exporter and every capsule
@@ -46,6 +51,26 @@ enum Described {
 }
 
 impl Source {
+    /// `stream`: the `CUstream` device memory was written on (`None`: the legacy default).
+    fn new(described: Described, stream: Option<usize>) -> BridgeResult<Self> {
+        let mut source = Self {
+            described,
+            ready: None,
+        };
+        let device = source.descriptor().device();
+        if ordered_by_streams(device.kind) {
+            // SAFETY: `stream` is the stream the exporter's creator named for this memory
+            // (rsdlpack_py_export_with_stream's and rsdlpack_py_share's contracts) or the
+            // legacy default stream (1).
+            match unsafe { ReadyEvent::record(device.id, stream.unwrap_or(1)) } {
+                Ok(ready) => source.ready = Some(ready),
+                Err(rsdlpack::Error::NoCudaDriver) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(source)
+    }
+
     fn descriptor(&self) -> &TensorDescriptor {
         match &self.described {
             Described::Tensor(tensor) => tensor.descriptor(),
@@ -89,13 +114,10 @@ pub struct Exporter {
 
 impl Exporter {
     /// `stream`: for device tensors, the producer's stream (see [`Source`]).
-    pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> Self {
-        Self {
-            source: Arc::new(Source {
-                described: Described::Tensor(tensor),
-                stream,
-            }),
-        }
+    pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> BridgeResult<Self> {
+        Ok(Self {
+            source: Arc::new(Source::new(Described::Tensor(tensor), stream)?),
+        })
     }
 
     /// A Julia array described by `descriptor`, kept alive by `root`.
@@ -103,16 +125,14 @@ impl Exporter {
         descriptor: Box<TensorDescriptor>,
         root: JuliaRoot,
         stream: Option<usize>,
-    ) -> Self {
-        Self {
-            source: Arc::new(Source {
-                described: Described::JuliaArray {
-                    descriptor,
-                    _root: root,
-                },
-                stream,
-            }),
-        }
+    ) -> BridgeResult<Self> {
+        let described = Described::JuliaArray {
+            descriptor,
+            _root: root,
+        };
+        Ok(Self {
+            source: Arc::new(Source::new(described, stream)?),
+        })
     }
 
     /// What `__dlpack__` answers for `request` (see [`super::dlpack_method`]).
@@ -156,14 +176,10 @@ impl Exporter {
     }
 
     /// What `__dlpack__(max_version=(1, 3))` would hand out, as a managed tensor (for the C
-    /// exchange API, [`super::exchange_api`]). Device memory is made ready on the legacy
-    /// default stream, which is what that API's `current_work_stream` reports for it.
+    /// exchange API, [`super::exchange_api`]). Memory a stream orders is made ready on the
+    /// legacy default stream, which is what that API's `current_work_stream` reports for it.
     pub(crate) fn managed_no_sync(&self) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
-        // Other memory is handed out unordered: "no_sync", the consumer orders its streams.
-        let stream = match self.descriptor().device().kind {
-            DeviceKind::Cuda => StreamRequest::LegacyDefault,
-            _ => StreamRequest::NoSync,
-        };
+        let stream = exchange_api_stream(self.descriptor().device().kind);
         let request = ExportRequest {
             stream,
             version: VersionRequest::Versioned {
@@ -180,39 +196,35 @@ impl Exporter {
         )?)
     }
 
-    /// Orders the legacy default stream after the stream that wrote a CUDA source (an event,
-    /// no host wait); nothing for other devices.
+    /// Orders the legacy default stream after the stream that wrote a CUDA or managed source
+    /// (an event, no host wait); nothing for other devices.
     pub(crate) fn ready_on_default_stream(&self) -> BridgeResult<()> {
-        let descriptor = self.descriptor();
-        if descriptor.device().kind != DeviceKind::Cuda {
-            return Ok(());
+        match exchange_api_stream(self.descriptor().device().kind).cuda_handle() {
+            Some(stream) => self.order_before(stream),
+            None => Ok(()),
         }
-        let producer = self.source.stream.unwrap_or(1);
-        // SAFETY: `producer` is the stream the exporter's creator named for this memory
-        // (rsdlpack_py_export_with_stream's contract) or the legacy default stream (1).
-        Ok(unsafe { rsdlpack::cuda::order::order_streams(descriptor.device().id, producer, 1) }?)
+    }
+
+    /// Makes `consumer` (1, 2 or a live `CUstream` of the source's device) wait for the
+    /// producer's writes.
+    fn order_before(&self, consumer: usize) -> BridgeResult<()> {
+        match &self.source.ready {
+            // SAFETY: `consumer` is the stream the DLPack consumer will use, which the protocol
+            // requires to be live on this device (or the legacy default stream).
+            Some(ready) => Ok(unsafe { ready.order_before(consumer) }?),
+            // Recorded for all memory streams order, except without a driver: that's the answer.
+            None => Ok(rsdlpack::cuda::driver()?),
+        }
     }
 
     /// The owner of one export, as [`plan_export`] decided: the source itself (its consumer's
     /// stream ordered after the producer's, for CUDA memory), or a host copy.
     fn carry_out(&self, memory: Memory) -> BridgeResult<CapsuleOwner> {
         let descriptor = self.descriptor();
-        // For device memory: the stream its producer wrote it on (legacy default if unnamed).
-        let producer = self.source.stream.unwrap_or(1);
         match memory {
             Memory::Shared { consumer_stream } => {
                 if let Some(consumer) = consumer_stream {
-                    // SAFETY: `producer` is the stream the exporter's creator named for this
-                    // memory (rsdlpack_py_export_with_stream's contract) or the legacy default
-                    // stream; `consumer` is the stream the DLPack consumer will use, which the
-                    // protocol requires to be live on this device.
-                    unsafe {
-                        rsdlpack::cuda::order::order_streams(
-                            descriptor.device().id,
-                            producer,
-                            consumer,
-                        )
-                    }?;
+                    self.order_before(consumer)?;
                 }
                 Ok(self.shared())
             }
@@ -227,8 +239,13 @@ impl Exporter {
                 Ok(CapsuleOwner::Copy(buffer, spec))
             }
             Memory::DeviceToHost => {
-                // SAFETY: `producer` as above.
-                let host = unsafe { rsdlpack::cuda::to_host::copy_to_host(descriptor, producer) }?;
+                if self.source.ready.is_none() {
+                    rsdlpack::cuda::driver()?;
+                }
+                // SAFETY: the source's device memory is alive (we own it).
+                let host = unsafe {
+                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.source.ready.as_ref())
+                }?;
                 Ok(CapsuleOwner::HostCopy(Box::new(host)))
             }
         }

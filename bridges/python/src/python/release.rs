@@ -8,12 +8,14 @@
 //! holding the GIL drains, or that [`drain`] empties on request (`rsdlpack_py_flush_releases`).
 //!
 //! Each release is a [`PendingRelease`]: for a CUDA tensor, events recorded on the streams its
-//! consumer used (see [`rsdlpack::release`]). A release at once waits for them on the host
-//! before the deleter runs (an entry point's with the GIL released meanwhile; a deleter's with
-//! it held, see `release_forwarded`). A queued one never waits in the call that drains it:
-//! a bridge call runs the deleters whose events have completed and leaves the rest queued, so
-//! that an import does not stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the
-//! explicit flush) waits for them all.
+//! consumer used (see [`rsdlpack::release`]). No host wait ever happens with the GIL held: a
+//! release at once from an entry point waits with the GIL released meanwhile, and a deleter's
+//! (which cannot let go of a GIL its caller may rely on) queues a release whose events have not
+//! completed. A queued one never waits in the call that drains it: a bridge call runs the
+//! deleters whose events have completed and leaves the rest queued, so that an import does not
+//! stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the explicit flush) waits for them
+//! all, except those whose stream is being captured into a graph, which stay queued until the
+//! capture has ended.
 //!
 //! Every tensor the bridge hands out is re-wrapped as a versioned managed tensor whose deleter
 //! releases the producer's this way ([`rewrap`], [`rewrap_owned`]), so that consumers of the
@@ -59,7 +61,7 @@ pub fn this_thread_holds_the_gil() -> bool {
 /// other Python threads run meanwhile, then runs the deleter, and returns what failed on the
 /// way (the deleter has run regardless). Else queues it like [`defer`].
 pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()> {
-    if !this_thread_holds_the_gil() {
+    if !this_thread_holds_the_gil() || !tensor.can_wait() {
         defer(tensor);
         return Ok(());
     }
@@ -71,11 +73,13 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
     tensor.complete()
 }
 
-/// A forwarded tensor's release (see [`rewrap`]): as [`release_here_or_defer`], but waiting with
-/// the GIL held, since a deleter may be called with locks of its caller held that another Python
-/// thread could need, and a deleter has no caller to tell of a failure.
-fn release_forwarded(tensor: PendingRelease) {
-    if this_thread_holds_the_gil() {
+/// A forwarded tensor's release (see [`rewrap`]): at once when nothing needs waiting for and this
+/// thread holds the GIL, else queued. A deleter may be called with locks of its caller held that
+/// another Python thread could need, so it neither lets go of the GIL to wait nor waits holding
+/// it (every Python thread would stall, and a stream whose host function takes the GIL would
+/// never finish); it has no caller to tell of a failure either.
+fn release_forwarded(mut tensor: PendingRelease) {
+    if this_thread_holds_the_gil() && tensor.is_ready() {
         let _ = tensor.complete();
     } else {
         defer(tensor);
@@ -112,22 +116,23 @@ pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
     }
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-        let batch = match wait {
-            Wait::Yes => std::mem::take(&mut *pending),
-            // Asking does not wait; host tensors and completed fences are ready.
-            Wait::No => {
-                let (ready, waiting) = std::mem::take(&mut *pending)
-                    .into_iter()
-                    .partition::<Vec<_>, _>(PendingRelease::is_ready);
-                *pending = waiting;
-                ready
-            }
+        // Asking does not wait; host tensors and completed fences are ready. A flush takes all
+        // it can wait for.
+        let take: fn(&mut PendingRelease) -> bool = match wait {
+            Wait::Yes => PendingRelease::can_wait,
+            Wait::No => PendingRelease::is_ready,
         };
+        let (batch, waiting) = std::mem::take(&mut *pending)
+            .into_iter()
+            .map(|mut release| (take(&mut release), release))
+            .partition::<Vec<_>, _>(|(taken, _)| *taken);
+        *pending = waiting.into_iter().map(|(_, release)| release).collect();
+        let batch: Vec<PendingRelease> = batch.into_iter().map(|(_, release)| release).collect();
         MAYBE_PENDING.store(!pending.is_empty(), Ordering::Release);
         batch
     };
     let mut batch = batch;
-    if wait == Wait::Yes && !batch.iter().all(PendingRelease::is_ready) {
+    if wait == Wait::Yes && !batch.iter_mut().all(PendingRelease::is_ready) {
         py.detach(|| batch.iter_mut().for_each(PendingRelease::wait));
     }
     let released = batch.len();
