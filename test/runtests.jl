@@ -11,7 +11,7 @@
 # after ENV["PYTHON"] changes).
 #
 # This file sets up each process and its front-end; the tests are one file per subject, included
-# below: without Python eltypes.jl, abi.jl, package.jl; with NumPy numpy.jl, release.jl,
+# below: without Python eltypes.jl, abi.jl, package.jl, jll.jl; with NumPy numpy.jl, release.jl,
 # share.jl; jax.jl and torch.jl when those are installed; cuda.jl with a GPU.
 #
 # The README's examples are test/readme_pythoncall.jl, test/readme_pycall.jl and the CUDA part
@@ -36,6 +36,7 @@ const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
     include("eltypes.jl")
     include("abi.jl")
     include("package.jl")
+    include("jll.jl")
 end
 
 # One process per front-end: PyCall and PythonCall each load Python their own way.
