@@ -28,6 +28,16 @@ end
     @test err isa DLPackError && occursin("default-stream alias", err.message)
 end
 
+# CUDA.jl 6 loads CUDACore, whose extension defines the methods; CUDA.jl 5 has no CUDACore, and
+# the CUDA extension defines them (ext/RsDLPackCUDAExt.jl).
+@testset "the CUDA extension for this CUDA.jl" begin
+    expected = isdefined(CUDA, :CUDACore) ? :RsDLPackCUDACoreExt : :RsDLPackCUDAExt
+    extension = Base.get_extension(RsDLPack, expected)
+    @test extension isa Module
+    @test which(RsDLPack.plan_target, (Type{CuArray{Float32,2}},)).module === extension
+    @test RsDLPack.plan_target(CuArray{Float32,2}) == RsDLPack.TARGET_CUDA_ARRAY
+end
+
 if !CUDA.functional()
     @info "CUDA is not functional here: test/cuda.jl skipped"
     @testset "CUDA extension" begin
