@@ -84,10 +84,10 @@ def test_the_recipe_is_written_as_yggdrasil_runs_it():
     # The license is installed in every build, and exists.
     assert re.search(r"^install_license LICENSE$", recipe_script(recipe), re.M)
     assert "MIT License" in (REPO / "LICENSE").read_text()
-    # The names the package looks for (julia/library.jl, JLL_PRODUCTS).
-    library_jl = (REPO / "julia" / "library.jl").read_text()
+    # The names the package looks for (julia/jll.jl, JLL_PRODUCTS).
+    jll_jl = (REPO / "julia" / "jll.jl").read_text()
     for _, variable in recipe_products():
-        assert f":{variable}_path" in library_jl, variable
+        assert f":{variable}_path" in jll_jl, variable
 
 
 def test_the_script_extraction_reads_what_julia_would():
