@@ -11,6 +11,28 @@ import ctypes
 import rsdlpack_abi
 from rsdlpack_abi import *  # noqa: F403 (every ABI constant, re-exported)
 
+# The Python C API through a handle of our own: `ctypes.pythonapi` is one object for the whole
+# process, whose functions any library may retype (NVIDIA Warp sets Py_DecRef.argtypes for
+# everyone); a PyDLL of our own has its own function objects, typed here once.
+PYTHON_API = ctypes.PyDLL(None)
+PYTHON_API.Py_DecRef.argtypes = [ctypes.py_object]
+PYTHON_API.Py_DecRef.restype = None
+PYTHON_API.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+PYTHON_API.PyCapsule_GetPointer.restype = ctypes.c_void_p
+
+
+def adopt(obj):
+    """Gives back the new reference an entry point wrote into a py_object (ctypes never
+    releases one), once the caller holds its own: what Julia's PyObject does by stealing it."""
+    PYTHON_API.Py_DecRef(obj)
+    return obj
+
+
+def capsule_pointer(capsule, name):
+    """The pointer inside a capsule named `name` (bytes)."""
+    return PYTHON_API.PyCapsule_GetPointer(capsule, name)
+
+
 class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_uint32), ("device_id", ctypes.c_int32)]
 
@@ -33,6 +55,11 @@ class DLTensor(ctypes.Structure):
 
 class DLPackVersion(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    """The legacy (unversioned) managed tensor, inside a "dltensor" capsule."""
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
 
 
 class DLManagedTensorVersioned(ctypes.Structure):
@@ -80,10 +107,7 @@ class DLPackExchangeAPI(ctypes.Structure):
 
 def exchange_api_of(tp):
     """The DLPackExchangeAPI a type offers as `__dlpack_c_exchange_api__` (checking the name)."""
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    return DLPackExchangeAPI.from_address(get(tp.__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
+    return DLPackExchangeAPI.from_address(capsule_pointer(tp.__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
 
 
 def run_deleter(tensor):
@@ -285,12 +309,7 @@ class Bridge:
         code = self.lib.rsdlpack_py_export_with_stream(tensor, stream, ctypes.byref(out), ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
-        exporter = out.value
-        # The entry point handed us a new reference; ctypes never releases references written
-        # into a py_object, so give it back once we hold our own (Julia's PyObject steals it).
-        ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
-        ctypes.pythonapi.Py_DecRef(exporter)
-        return exporter, None
+        return adopt(out.value), None
 
     def import_plan(self, obj, plan_options=None, options=None):
         """(ImportResult, None) or (None, (code, message))."""
@@ -337,11 +356,7 @@ class Bridge:
             code = self.lib.rsdlpack_py_share_into(ctypes.byref(array), into, ctypes.byref(out), ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
-        # A new reference, as in export(): take it over.
-        exporter = out.exporter
-        ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
-        ctypes.pythonapi.Py_DecRef(exporter)
-        return (exporter, out.released_roots), None
+        return (adopt(out.exporter), out.released_roots), None
 
     def take_released_roots(self):
         taken = []

@@ -26,6 +26,7 @@ from rsdlpack_ctypes import (  # noqa: E402
     DLDevice,
     DLTensor,
     ImportOptions,
+    adopt,
     exchange_api_of,
     first_element,
     run_deleter,
@@ -386,9 +387,7 @@ def test_managed_tensor_to_py_object_steals_the_tensor(bridge):
     tensor = imported(bridge, a)
     out = ctypes.py_object()
     assert api.managed_tensor_to_py_object_no_sync(tensor, ctypes.byref(out)) == 0
-    obj = out.value
-    ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
-    ctypes.pythonapi.Py_DecRef(obj)  # ctypes never releases the new reference it was given
+    obj = adopt(out.value)
     assert type(obj).__name__ == "DLPackTensor"
     n = np.from_dlpack(obj)
     assert n.ctypes.data == a.ctypes.data and n.tolist() == a.tolist()
@@ -424,8 +423,7 @@ def test_managed_tensor_allocator_makes_aligned_host_tensors_and_reports_errors(
     # A consumer (torch) takes it as any managed tensor; its deleter frees the buffer.
     exporter = ctypes.py_object()
     assert api.managed_tensor_to_py_object_no_sync(out, ctypes.byref(exporter)) == 0
-    t = torch.from_dlpack(exporter.value)
-    ctypes.pythonapi.Py_DecRef(exporter.value)
+    t = torch.from_dlpack(adopt(exporter.value))
     assert t.shape == (3, 5) and t[2, 4].item() == 7.0
 
     empty, keep = prototype([0, 4])
