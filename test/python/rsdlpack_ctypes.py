@@ -7,6 +7,7 @@ are rsdlpack_abi.py's, generated from include/rsdlpack.h (scripts/abi_constants.
 re-exported here; the names below that predate it are aliases of those."""
 
 import ctypes
+import gc
 
 import rsdlpack_abi
 from rsdlpack_abi import *  # noqa: F403 (every ABI constant, re-exported)
@@ -278,6 +279,8 @@ class Bridge:
         lib.rsdlpack_imported_release_later.restype = None
         lib.rsdlpack_imported_release_after.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_imported_release_after.restype = ctypes.c_int32
+        lib.rsdlpack_imported_keep_stream_alive.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        lib.rsdlpack_imported_keep_stream_alive.restype = None
         lib.rsdlpack_py_share.argtypes = [ctypes.POINTER(ArrayExport), ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_share.restype = ctypes.c_int32
         lib.rsdlpack_py_share_into.argtypes = [ctypes.POINTER(ArrayExport), ctypes.py_object, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
@@ -333,6 +336,11 @@ class Bridge:
 
     def release_later(self, handle):
         self.lib.rsdlpack_imported_release_later(handle)
+
+    def keep_stream_alive(self, handle, root_id):
+        """rsdlpack_imported_keep_stream_alive: root `root_id` comes back once the release has
+        recorded its event on the import's stream (at once when nothing will be)."""
+        self.lib.rsdlpack_imported_keep_stream_alive(handle, root_id)
 
     def release_after(self, handle, stream):
         """rsdlpack_imported_release_after: None, or (code, message); released either way."""
@@ -392,3 +400,51 @@ def first_element(tensor):
 def shape_of(tensor):
     t = tensor.contents.dl_tensor
     return [t.shape[i] for i in range(t.ndim)], [t.strides[i] for i in range(t.ndim)]
+
+
+# (DLPack type code, bits) of the element types that the array libraries name alike ("float32").
+DLPACK_DTYPES = {
+    "bool": (6, 8),
+    "int8": (0, 8),
+    "int16": (0, 16),
+    "int32": (0, 32),
+    "int64": (0, 64),
+    "uint8": (1, 8),
+    "uint16": (1, 16),
+    "uint32": (1, 32),
+    "uint64": (1, 64),
+    "float16": (2, 16),
+    "bfloat16": (4, 16),
+    "float32": (2, 32),
+    "float64": (2, 64),
+    "complex64": (5, 64),
+    "complex128": (5, 128),
+}
+
+
+def flush(bridge):
+    """Collects garbage, then runs the releases it queued."""
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
+
+
+def forget_earlier_roots(bridge):
+    """Takes the roots that earlier tests left (a failed test's frame frees its arrays late)."""
+    flush(bridge)
+    bridge.take_released_roots()
+
+
+def imported(bridge, obj, options=None):
+    """rsdlpack_py_import's tensor, asserting that it succeeded."""
+    tensor, error = bridge.import_(obj, options)
+    assert error is None, error
+    return tensor
+
+
+def share_numpy(bridge, backing, dims, strides, root_id, **options):
+    """A "Julia array" over a NumPy buffer (`dims` and `strides` in elements, Julia's) shared as
+    an exporter, asserting that it succeeded."""
+    code = ELEMENT_CODES[str(backing.dtype)]
+    (exporter, _), error = bridge.share(backing.ctypes.data, dims, strides, code, root_id=root_id, **options)
+    assert error is None, error
+    return exporter

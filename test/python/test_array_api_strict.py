@@ -17,27 +17,12 @@ import pytest
 
 xp = pytest.importorskip("array_api_strict", reason="array-api-strict is in scripts/requirements.txt")
 
-from rsdlpack_ctypes import ACCESS_READ_ONLY, ELEMENT_CODES, PRODUCER, ImportOptions, first_element, shape_of  # noqa: E402
+from rsdlpack_ctypes import (ACCESS_READ_ONLY, PRODUCER, ImportOptions, first_element, flush,  # noqa: E402
+                             forget_earlier_roots, imported, shape_of)
+from rsdlpack_ctypes import share_numpy as share  # noqa: E402
 
 READ_ONLY, IS_COPIED = 1, 2
 KDLCPU = 1
-
-
-def flush(bridge):
-    gc.collect()
-    bridge.lib.rsdlpack_py_flush_releases()
-
-
-def forget_earlier_roots(bridge):
-    """Takes the roots earlier tests left (a failed test's frame frees its arrays late)."""
-    flush(bridge)
-    bridge.take_released_roots()
-
-
-def imported(bridge, obj, options=None):
-    tensor, error = bridge.import_(obj, options)
-    assert error is None, error
-    return tensor
 
 
 def numpy_of(array):
@@ -98,13 +83,6 @@ def test_a_strict_array_before_2023_12_is_refused_as_numpy_refuses_it(bridge):
 
 
 # ---- RsDLPack → array-api-strict ------------------------------------------------------------
-
-
-def share(bridge, backing, dims, strides, root_id, **options):
-    code = ELEMENT_CODES[str(backing.dtype)]
-    (exporter, _), error = bridge.share(backing.ctypes.data, dims, strides, code, root_id=root_id, **options)
-    assert error is None, error
-    return exporter
 
 
 def test_from_dlpack_shares_the_julia_array_and_releases_its_root_once(bridge):

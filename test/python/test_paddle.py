@@ -23,56 +23,24 @@ paddle = pytest.importorskip("paddle", reason="paddlepaddle is in scripts/requir
 
 from rsdlpack_ctypes import (  # noqa: E402
     ACCESS_READ_ONLY,
+    DLPACK_DTYPES,
     ELEMENT_CODES,
     INDEX_ORDER_REVERSED,
     INVALID,
     ImportOptions,
     exchange_api_of,
     first_element,
+    flush,
+    forget_earlier_roots,
+    imported,
     shape_of,
 )
+from rsdlpack_ctypes import share_numpy as share  # noqa: E402
 
 KDLCPU = 1
 # (DLPack type code, bits) of every paddle dtype with a DLPack and Julia counterpart.
-DTYPES = {
-    "bool": (6, 8),
-    "int8": (0, 8),
-    "int16": (0, 16),
-    "int32": (0, 32),
-    "int64": (0, 64),
-    "uint8": (1, 8),
-    "float16": (2, 16),
-    "bfloat16": (4, 16),
-    "float32": (2, 32),
-    "float64": (2, 64),
-    "complex64": (5, 64),
-    "complex128": (5, 128),
-}
-
-
-def flush(bridge):
-    gc.collect()
-    bridge.lib.rsdlpack_py_flush_releases()
-
-
-def forget_earlier_roots(bridge):
-    """Takes the roots earlier tests left (a failed test's frame frees its arrays late)."""
-    flush(bridge)
-    bridge.take_released_roots()
-
-
-def share(bridge, backing, dims, strides, root_id, **options):
-    """A "Julia array" (NumPy's buffer, described column-major) shared as an exporter."""
-    code = ELEMENT_CODES[str(backing.dtype)]
-    (exporter, _), error = bridge.share(backing.ctypes.data, dims, strides, code, root_id=root_id, **options)
-    assert error is None, error
-    return exporter
-
-
-def imported(bridge, obj, options=None):
-    tensor, error = bridge.import_(obj, options)
-    assert error is None, error
-    return tensor
+DTYPES = {name: DLPACK_DTYPES[name] for name in ["bool", "int8", "int16", "int32", "int64", "uint8", "float16",
+                                                  "bfloat16", "float32", "float64", "complex64", "complex128"]}
 
 
 def read_back(tensor, itemsize, dtype):
