@@ -57,11 +57,12 @@ RsDLPack.is_typed(::Type{<:CuArray{T,N}}) where {T,N} = true
 
 """
 Wraps the plan's parent as a CuArray whose memory keeper releases `owner` when collected. The
-owner keeps the import's stream alive: the core orders the release after its work.
+import's stream (the task-local one) stays rooted until the release has recorded its event on
+it: the core orders the release after its work, and CUDA.jl's finalizer destroys the stream.
 """
 function wrap_parent(::Type{T}, plan::ArrayPlan, dims::Dims, owner::TensorOwner) where {T}
     P = unsafe_wrap(CuArray, CuPtr{T}(plan.parent_address), dims; own=false)
-    owner.stream = CUDA.stream()
+    RsDLPack.keep_stream_alive!(owner, CUDA.stream())
     RsDLPack.tie_to!(storage_keeper(P), owner)
     return P
 end

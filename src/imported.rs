@@ -15,7 +15,7 @@ use crate::error::Result;
 // Defined in `managed`, below this module and `release` (a pending release holds one);
 // re-exported here, where it was defined before.
 pub use crate::managed::ManagedTensor;
-use crate::release::PendingRelease;
+use crate::release::{PendingRelease, StreamKeeper};
 use crate::stream::StreamRequest;
 use dlpark::ffi::DLManagedTensorVersioned;
 use std::ffi::c_void;
@@ -41,6 +41,9 @@ pub(crate) struct Imported {
     /// The `CUstream` the consumer works on the tensor on
     /// (see [`ImportedTensor::set_consumer_stream`]).
     pub(crate) consumer_stream: Option<usize>,
+    /// What keeps that stream alive until the release has recorded its event there
+    /// (see [`ImportedTensor::keep_consumer_stream`]).
+    pub(crate) stream_keeper: Option<StreamKeeper>,
 }
 
 /// Room in an imported tensor's allocation for the header it is forwarded under
@@ -79,6 +82,7 @@ impl ImportedTensor {
             managed,
             descriptor: TensorDescriptor::empty(),
             consumer_stream: None,
+            stream_keeper: None,
         });
         let Imported {
             managed,
@@ -97,6 +101,7 @@ impl ImportedTensor {
             managed,
             descriptor,
             consumer_stream: None,
+            stream_keeper: None,
         }))
     }
 
@@ -105,7 +110,8 @@ impl ImportedTensor {
     }
 
     /// Gives up the descriptor and returns the still-owned managed tensor, forgetting the
-    /// consumer's stream: its release is no longer ordered (see [`Self::into_release`]).
+    /// consumer's stream (and dropping its keeper): its release is no longer ordered (see
+    /// [`Self::into_release`]).
     pub fn into_managed(self) -> ManagedTensor {
         self.0.managed
     }
@@ -123,6 +129,17 @@ impl ImportedTensor {
     pub unsafe fn set_consumer_stream(&mut self, request: StreamRequest) {
         let on_device = crate::release::ordering_device(&self.0.descriptor).is_some();
         self.0.consumer_stream = request.cuda_handle().filter(|_| on_device);
+    }
+
+    /// Holds `keeper` (what keeps the consumer's stream alive, see [`crate::release`]) until
+    /// the tensor's release has recorded its event on that stream, and drops it right after;
+    /// or with the tensor, when it is dropped unreleased. A tensor that remembers no stream
+    /// (host memory, `stream=-1`, an empty tensor) will record nothing: `keeper` is dropped
+    /// at once. A keeper held already is replaced, and dropped.
+    pub fn keep_consumer_stream(&mut self, keeper: StreamKeeper) {
+        if self.0.consumer_stream.is_some() {
+            self.0.stream_keeper = Some(keeper);
+        }
     }
 
     /// The `CUstream` remembered by [`Self::set_consumer_stream`], if any.
@@ -154,11 +171,16 @@ impl ImportedTensor {
             managed,
             descriptor,
             consumer_stream,
+            stream_keeper,
             ..
         } = *self.0;
-        // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract), the
-        // caller's by this function's.
-        unsafe { PendingRelease::after(managed, &descriptor, consumer_stream, caller) }
+        // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract, and its
+        // keeper, still held), the caller's by this function's.
+        let release =
+            unsafe { PendingRelease::after(managed, &descriptor, consumer_stream, caller) };
+        // The event is recorded: the consumer's stream may be destroyed from here on.
+        drop(stream_keeper);
+        release
     }
 
     /// The tensor as one pointer to its allocation (aligned to at least 8 bytes), for handles

@@ -65,6 +65,20 @@ else
             @test RsDLPack.release_stream(view(A, :, 1)) == RsDLPack.release_stream(A) != -1
             RsDLPack.unsafe_free!(A)
         end
+        @testset "an importing task's stream stays rooted until the release records on it" begin
+            t = torch.arange(6, dtype=torch.float32, device="cuda")
+            before = RsDLPack.rooted_count()
+            # Imported on that task's own stream; the task then ends, and only the array's
+            # release still needs the stream (CUDA.jl's finalizer would destroy it).
+            A = fetch(@async from_dlpack(CuArray, t))
+            @test RsDLPack.rooted_count() == before + 1
+            GC.gc(true)
+            @test Array(A) == Float32[0, 1, 2, 3, 4, 5]
+            A = nothing
+            GC.gc(true)  # the finalizer records the release's event, then gives the root back
+            RsDLPack.flush_releases()
+            @test RsDLPack.rooted_count() == before
+        end
         @testset "typed CuArray forms" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)
             # Not `@inferred`: CUDA.jl's unsafe_wrap(CuArray, ::CuPtr, dims) picks the memory type

@@ -21,6 +21,13 @@ const LEGACY_DEFAULT: usize = 1;
 /// The driver's value for the calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
 const PER_THREAD_DEFAULT: usize = 2;
 
+#[cfg(test)]
+thread_local! {
+    /// How many fences this thread has tried to record: lets tests without a driver see what
+    /// happens before and after the recording.
+    pub(crate) static RECORDS_TRIED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Events recorded on up to two streams of one device, destroyed when the fence is.
 pub struct ReleaseFence {
     device: i32,
@@ -48,6 +55,8 @@ impl ReleaseFence {
     /// `first` and `second` must be 1, 2 or live `CUstream`s of device `device`: the driver
     /// dereferences them and does not validate arbitrary values.
     pub unsafe fn record(device: i32, first: usize, second: Option<usize>) -> (Self, Result<()>) {
+        #[cfg(test)]
+        RECORDS_TRIED_HERE.set(RECORDS_TRIED_HERE.get() + 1);
         let mut fence = Self {
             device,
             events: [std::ptr::null_mut(); 2],
