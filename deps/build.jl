@@ -6,18 +6,22 @@
 # The cargo steps are data, in deps/build.toml, shared with the CI check that runs them from a
 # read-only copy of the package (test/python/test_install.py).
 #
-# Needs cargo (https://rustup.rs; the environment variable CARGO names another executable);
+# Where RsDLPack_jll serves (it is in the environment, has this platform's libraries, and the
+# preference build_from_source is not set) there is nothing to build, and cargo is not needed.
+# Otherwise it needs cargo (https://rustup.rs; the environment variable CARGO names another executable);
 # without it the build stops at once with a message naming the alternatives.
 # The Python bridge needs nothing from Python at build time: it is an abi3 library that takes
 # its Python symbols from the process that loads it.
 
 import Libdl
+import Preferences
 import Scratch
 import TOML
 
 const PACKAGE = dirname(@__DIR__)
 const CARGO = get(ENV, "CARGO", "cargo")
 include("../julia/build_paths.jl")  # static, so that fatou follows it
+include("../julia/jll.jl")
 
 const PACKAGE_UUID = Base.UUID(TOML.parsefile(joinpath(PACKAGE, "Project.toml"))["uuid"])
 const SCRATCH = Scratch.get_scratch!(PACKAGE_UUID, build_key())
@@ -68,7 +72,22 @@ function find_cargo()
           "RSDLPACK_JULIA_LIB and RSDLPACK_PYTHON_LIB at built libraries.")
 end
 
+"""
+Whether RsDLPack_jll has both libraries for this platform and the preference `build_from_source`
+is not set: the package will use the JLL's libraries, so there is nothing to build.
+"""
+function jll_serves()
+    jll = jll_module()
+    from_source = build_from_source(PACKAGE_UUID)
+    return all(name -> jll_library(name, jll; from_source) !== nothing, keys(JLL_PRODUCTS))
+end
+
 function build()
+    if jll_serves()
+        @info "RsDLPack build: $JLL_NAME has this platform's libraries; nothing to build (set the " *
+              "preference $BUILD_FROM_SOURCE to build them with cargo)"
+        return
+    end
     find_cargo()  # before anything is written
     libraries = libraries_dir(SCRATCH, PACKAGE)
     mkpath(libraries)

@@ -1,88 +1,14 @@
-# CUDA.jl for RsDLPack: CuArray targets for from_dlpack, CuArrays for share, CuStream objects
-# for foreign stream handles. Only methods of hooks the package declares.
-# fatou-ignore-file type-piracy: an extension adds methods to RsDLPack's own hooks for its trigger package's types
-# fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
+# CUDA.jl 5.4-5.x for RsDLPack. CUDA.jl 6 is a meta-package over CUDACore, which loads with it
+# and brings RsDLPackCUDACoreExt: there the methods come from that extension, and defining them
+# here as well would overwrite them (an error while precompiling). The methods:
+# ext/cuda_methods.jl.
 module RsDLPackCUDAExt
 
-using CUDA: CUDA, CuArray, CuContext, CuPtr, CuStream
-import RsDLPack
-using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, ArrayPlan, TensorOwner, rethrowing_native
+using CUDA: CUDA
 
-# The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
-# `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
-# UndefVarError there (CUDA.jl 5.4-5.11 define both in CUDA itself). Every other CUDA name used
-# here is public in 6.0-6.3 and defined in 5.4-5.11.
-const CUstream = fieldtype(CuStream, :handle)
-const CUcontext = fieldtype(CuContext, :handle)
-
-"DLPack's value for a CuStream: its handle, or 1 (legacy default) for the null stream."
-function dlpack_stream(s::CuStream)
-    handle = UInt(Base.unsafe_convert(CUstream, s))
-    return handle == 0 ? UInt(1) : handle
-end
-
-# Import: the consumer's stream is the task-local CUDA.stream(); the producer makes the data
-# ready on it before __dlpack__ returns.
-RsDLPack.import_options(::Type{<:CuArray}, copy) =
-    RsDLPack.ImportOptions(; stream=Int64(dlpack_stream(CUDA.stream())),
-                           device=(KDLCUDA, CUDA.deviceid(CUDA.device())), copy=copy)
-
-"""
-The object whose collection ends a wrapped CuArray's memory use: the reference-counted data
-shared by the CuArray and every reshape of it (CUDA.jl 5.4-6 keep it in `data.rc`; read at
-run time), else the CuArray itself.
-"""
-function storage_keeper(A::CuArray)
-    data = getfield(A, :data)
-    return hasfield(typeof(data), :rc) ? getfield(data, :rc) : A
-end
-
-RsDLPack.storage_of(A::CuArray) = storage_keeper(A)
-
-# The core decides for a CUDA array target: CUDA memory only, views or empty results only (it
-# has no device copy engine), typed forms dense.
-RsDLPack.plan_target(::Type{<:CuArray}) = RsDLPack.TARGET_CUDA_ARRAY
-RsDLPack.is_typed(::Type{<:CuArray{T,N}}) where {T,N} = true
-
-"""
-Wraps the plan's parent as a CuArray whose memory keeper releases `owner` when collected. The
-owner keeps the import's stream alive: the core orders the release after its work.
-"""
-function wrap_parent(::Type{T}, plan::ArrayPlan, dims::Dims, owner::TensorOwner) where {T}
-    P = unsafe_wrap(CuArray, CuPtr{T}(plan.parent_address), dims; own=false)
-    owner.stream = CUDA.stream()
-    RsDLPack.tie_to!(storage_keeper(P), owner)
-    return P
-end
-
-# unsafe_free! also waits for the calling task's stream.
-RsDLPack.release_stream(::CuArray) = Int64(dlpack_stream(CUDA.stream()))
-
-function RsDLPack.wrap_imported(::Type{<:CuArray}, plan::ArrayPlan, owner::TensorOwner)
-    T = RsDLPack.element_type(plan.element_code)
-    plan.kind == PLAN_KIND_VIEW || return CuArray{T}(undef, RsDLPack.result_dims(plan))
-    P = wrap_parent(T, plan, RsDLPack.parent_dims(plan), owner)
-    return RsDLPack.compose_view(P, plan)
-end
-
-function RsDLPack.wrap_imported(::Type{<:CuArray{T,N}}, plan::ArrayPlan, owner::TensorOwner) where {T,N}
-    dims = RsDLPack.result_dims(plan, Val(N))
-    plan.kind == PLAN_KIND_VIEW || return CuArray{T,N}(undef, dims)
-    return wrap_parent(T, plan, dims, owner)
-end
-
-# Export: device memory, ordered after the task-local stream the array was written on.
-cu_device(A::CuArray) = CUDA.device(A)
-cu_device(A::AbstractArray) = cu_device(parent(A))
-
-RsDLPack.array_address(A::CUDA.StridedCuArray) = reinterpret(UInt, pointer(A))
-RsDLPack.array_device(A::CUDA.StridedCuArray) = (KDLCUDA, Int32(CUDA.deviceid(cu_device(A))))
-RsDLPack.producer_stream(::CUDA.StridedCuArray) = dlpack_stream(CUDA.stream())
-
-function RsDLPack.unsafe_cuda_stream(handle::Integer)
-    h = UInt(handle)
-    context = CuContext(CUcontext(rethrowing_native(() -> Native.stream_context(h))))
-    return rethrowing_native(() -> Native.new_stream_object(CuStream, CUstream(h), context))
+@static if !isdefined(CUDA, :CUDACore)
+    using CUDA: CuArray, CuContext, CuPtr, CuStream
+    include("cuda_methods.jl")
 end
 
 end # module

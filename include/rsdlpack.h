@@ -560,6 +560,21 @@ void rsdlpack_imported_release(void *handle);
 int32_t rsdlpack_imported_release_after(void *handle, int64_t stream, char **error_out);
 
 /**
+ * Keeps the stream the tensor behind `handle` was imported on alive for its release: root
+ * `root_id` (for Julia: a root of the `CuStream` object, whose finalizer would destroy the
+ * stream) is returned through `rsdlpack_py_take_released_roots` right after
+ * the tensor's release, whichever function makes it, has recorded its event on that stream,
+ * and never before (see [`rsdlpack::release`]). Returned at once when there is nothing to
+ * record: a null handle, host memory, an import with `stream=-1`. The handle is not consumed.
+ * Call it before anything may release the handle (before the finalizer is attached).
+ *
+ * # Safety
+ * `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`] that no
+ * other thread uses during the call.
+ */
+void rsdlpack_imported_keep_stream_alive(void *handle, uint64_t root_id);
+
+/**
  * Queues the tensor behind `handle` for release: runs no Python code and waits for neither the
  * GIL nor the GPU, so a finalizer may call it on any thread. A CUDA tensor gets an event
  * recorded on the stream its import named (a driver call that does not wait). The next call

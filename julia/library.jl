@@ -3,7 +3,8 @@
 #      local build);
 #   2. the preferences `julia_bridge_path` / `python_bridge_path` (Preferences.jl, e.g.
 #      `RsDLPack.set_library_paths!(julia_bridge=…)`), the durable local override;
-#   3. RsDLPack_jll, when the active environment has it (see `jll_library`);
+#   3. RsDLPack_jll, when the active environment has it and it has an artifact for this
+#      platform, unless the developer preference `build_from_source` is set (julia/jll.jl);
 #   4. what `Pkg.build` recorded in the depot's scratch space (deps/build.jl; paths in
 #      julia/build_paths.jl).
 
@@ -36,41 +37,13 @@ function recorded_library(name::String)
     return path isa String ? path : nothing
 end
 
-# RsDLPack_jll, the binary package deps/binarybuilder/build_tarballs.jl builds: its library
-# product for each library.
-const JLL_NAME = "RsDLPack_jll"
-const JLL_PRODUCTS = Dict("julia_bridge" => :librsdlpack_julia_path,
-                          "python_bridge" => :librsdlpack_python_path)
-
-"""
-The path of library `name` in RsDLPack_jll when the active environment has that package
-(`Base.identify_package`), else `nothing`.
-
-A lookup by name, not a dependency: RsDLPack_jll is not registered yet, so Project.toml cannot
-name it in `[deps]` (Pkg would fail to resolve it), and a weak dependency would not do either —
-it needs the JLL's UUID before the JLL exists, and its extension would load only after this
-package had precompiled the jlrs bridge's path. Found by name, it works as soon as a user adds
-the JLL, and once it is registered it can become a `[deps]` entry with this lookup replaced by
-the JLL's module. Its products' paths are globals JLLWrappers sets in the JLL's `__init__`
-(`<product>_path`, `nothing` where the JLL has no build for this platform); the JLL is loaded
-here, so they are read in the latest world (`invokelatest`).
-"""
-function jll_library(name::String)
-    id = Base.identify_package(JLL_NAME)
-    id === nothing && return nothing
-    # fatou-ignore non-public-access: loading a package by PkgId, one this package does not depend on, has no public name (Base.require is documented in the manual's code-loading section)
-    jll = Base.require(id)
-    path = invokelatest(getproperty, jll, JLL_PRODUCTS[name])
-    return path isa String ? path : nothing
-end
-
 function library_path(env::String, name::String)
     preference = name * "_path"
     path, source = if haskey(ENV, env)
         ENV[env], "the environment variable $env"
     elseif (p = Preferences.load_preference(@__MODULE__, preference, nothing)) !== nothing
         p, "the preference $preference"
-    elseif (j = jll_library(name)) !== nothing
+    elseif (j = jll_library(name, jll_module(); from_source=build_from_source(@__MODULE__))) !== nothing
         j, JLL_NAME
     else
         recorded_library(name), "Pkg.build's record $(recorded_deps_file())"

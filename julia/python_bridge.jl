@@ -103,6 +103,7 @@ const SHARE = Ref{Ptr{Cvoid}}(C_NULL)
 const SHARE_INTO = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_AFTER = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_LATER = Ref{Ptr{Cvoid}}(C_NULL)
+const KEEP_STREAM_ALIVE = Ref{Ptr{Cvoid}}(C_NULL)
 
 "Loads the Python bridge (called by the Python extensions' `__init__`)."
 function load_python_bridge!()
@@ -121,6 +122,7 @@ function load_python_bridge!()
         SHARE_INTO[] = Libdl.dlsym(library, :rsdlpack_py_share_into)
         RELEASE_AFTER[] = Libdl.dlsym(library, :rsdlpack_imported_release_after)
         RELEASE_LATER[] = Libdl.dlsym(library, :rsdlpack_imported_release_later)
+        KEEP_STREAM_ALIVE[] = Libdl.dlsym(library, :rsdlpack_imported_keep_stream_alive)
         PYTHON_BRIDGE[] = library
     end
     return nothing
@@ -206,16 +208,29 @@ end
 
 Owns one imported tensor's handle. The handle is taken out atomically, so whichever of
 `release_now!` (explicit) and `release_later!` (the storage's finalizer) comes first releases
-the tensor and the other does nothing. `stream` keeps the stream object a CUDA tensor was
-imported on alive as long as the tensor: its release waits for that stream's work.
+the tensor and the other does nothing. The stream a CUDA tensor was imported on is kept alive
+by `keep_stream_alive!`, not here.
 """
 mutable struct TensorOwner
     @atomic handle::Ptr{Cvoid}
-    stream::Any
-    TensorOwner(handle::Ptr{Cvoid}) = new(handle, nothing)
+    TensorOwner(handle::Ptr{Cvoid}) = new(handle)
 end
 
 take_handle!(owner::TensorOwner) = @atomicswap owner.handle = C_NULL
+
+"""
+Roots `stream`, the object whose finalizer would destroy the stream `owner`'s tensor was
+imported on (a `CuStream`), until the tensor's release has recorded its event there: the bridge
+gives the root back then, never before, and `unroot_released!` drops it. Were the owner to hold
+the stream instead, a finalizer of each could run first when both become garbage together (a
+task that imported and ended), and the release would record on a destroyed stream. Call it
+before the owner is tied to its storage.
+"""
+function keep_stream_alive!(owner::TensorOwner, stream)
+    id = root!(stream)
+    ccall(KEEP_STREAM_ALIVE[], Cvoid, (Ptr{Cvoid}, UInt64), @atomic(owner.handle), id)
+    return nothing
+end
 
 """
 Releases the tensor now: its producer's deleter runs at once on the thread that holds the GIL,

@@ -29,7 +29,10 @@ function unroot_released!()
     end
 end
 
-"How many Julia arrays are held because a consumer still uses them (for tests and debugging)."
+"""
+How many Julia objects are held because a consumer still uses them: shared arrays, and the
+streams imported CuArrays' releases will record on (for tests and debugging).
+"""
 rooted_count() = lock(() -> length(ROOTS), ROOTS_LOCK)
 
 """

@@ -10,7 +10,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON_BASE" -m venv "$VENV"
 fi
 if [ ! -f "$stamp" ] || ! cmp -s "$ROOT/scripts/requirements.txt" "$stamp"; then
-    echo "== installing the Python peers (numpy, jax[cpu], torch, apache-tvm-ffi, ml_dtypes, pytest, tree-sitter-julia)"
+    echo "== installing the Python peers (numpy, jax[cpu], torch, paddlepaddle, array-api-strict, apache-tvm-ffi, ml_dtypes, pytest, tree-sitter-julia)"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
     "$VENV/bin/python" -m pip install --quiet -r "$ROOT/scripts/requirements.txt"
     cp "$ROOT/scripts/requirements.txt" "$stamp"

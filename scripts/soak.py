@@ -34,8 +34,8 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test" / "python"))
-from rsdlpack_ctypes import (ELEMENT_CODES, PLAN_COPY, PLAN_VIEW, TENSOR_P, ArrayExport,  # noqa: E402
-                             Bridge, ImportResult, PlanOptions, ShareResult)
+from rsdlpack_ctypes import (ELEMENT_CODES, PLAN_COPY, PLAN_VIEW, PYTHON_API, TENSOR_P,  # noqa: E402
+                             ArrayExport, Bridge, ImportResult, PlanOptions, ShareResult)
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -70,8 +70,7 @@ def main(argv=None):
         sys.exit("RSDLPACK_PYTHON_LIB must name the built bridge (scripts/soak.sh sets it)")
     bridge = Bridge(path, ctypes.CDLL if args.loader == "cdll" else ctypes.PyDLL)
     lib = bridge.lib
-    py_decref = ctypes.pythonapi.Py_DecRef
-    py_decref.argtypes = [ctypes.py_object]
+    py_decref = PYTHON_API.Py_DecRef
 
     # The producers' arrays: C order, a permuted and stepped view, a 0-d array (all viewed
     # zero-copy), and a broadcast one (zero strides: planned as a copy).

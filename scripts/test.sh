@@ -47,7 +47,8 @@ echo "== Julia lint: fatou, with the package's entry points (fatou.toml), then i
 
 echo "== Julia test suite (test/runtests.jl)"
 if command -v julia >/dev/null 2>&1; then
-    RSDLPACK_TEST_PYTHON="$VENV/bin/python" julia --project=. \
+    # PYTHON: the Python PyCall takes if it is built during this run (it picks one only then).
+    PYTHON="$VENV/bin/python" RSDLPACK_TEST_PYTHON="$VENV/bin/python" julia --project=. \
         -e 'using Pkg; Pkg.instantiate(); Pkg.build(); Pkg.test()'
 else
     echo "NOT RUN: julia is not on PATH, so test/runtests.jl was not executed here."

@@ -34,6 +34,7 @@ export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, Read
 include("../julia/abi.jl")
 include("../julia/errors.jl")
 include("../julia/build_paths.jl")
+include("../julia/jll.jl")
 include("../julia/library.jl")
 include("../julia/eltypes.jl")
 include("../julia/python_bridge.jl")

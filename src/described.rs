@@ -84,16 +84,24 @@ pub fn export_legacy_described<O: DescribingOwner>(owner: O) -> Result<Managed<D
 }
 
 /// Boxes `owner` beside a header that restates its descriptor (version and flags left at
-/// their defaults), and returns the allocation. `manager_ctx` stays null: the deleter finds the
-/// owner from the header's own address.
+/// their defaults), and returns the allocation. The deleter finds the owner from the header's
+/// own address; `manager_ctx` is the owner's address all the same, because some consumers
+/// (PaddlePaddle 3.3) never call the deleter of a tensor whose `manager_ctx` is null.
 fn allocate<M: ManagedTensorBase, O: DescribingOwner>(owner: O) -> *mut Described<M, O> {
     const { assert!(offset_of!(Described<M, O>, header) == 0) };
     // Taken before the owner moves: its descriptor stays where it is (the trait's contract).
     let tensor = dl_tensor_of(owner.descriptor());
-    Box::into_raw(Box::new(Described {
-        header: M::from_parts(tensor, std::ptr::null_mut(), Some(delete_described::<M, O>)),
-        owner,
-    }))
+    let raw = Box::into_raw(Box::<Described<M, O>>::new_uninit()).cast::<Described<M, O>>();
+    // SAFETY: `raw` is a fresh allocation laid out for a `Described<M, O>`, ours alone; both
+    // fields are written in place before it is returned, and the owner's address is taken
+    // without forming a reference.
+    unsafe {
+        (&raw mut (*raw).owner).write(owner);
+        let owner_address = (&raw mut (*raw).owner).cast::<std::ffi::c_void>();
+        let deleter = Some(delete_described::<M, O> as unsafe extern "C" fn(*mut M));
+        (&raw mut (*raw).header).write(M::from_parts(tensor, owner_address, deleter));
+    }
+    raw
 }
 
 unsafe extern "C" fn delete_described<M: ManagedTensorBase, O: DescribingOwner>(header: *mut M) {
@@ -186,6 +194,42 @@ mod tests {
         assert_eq!(imported.descriptor().strides(), [1, 3]);
         assert_eq!(imported.descriptor().element(), ElementType::Int16);
         drop(imported);
+        assert_eq!(CountingOwner::releases(&releases), 1);
+    }
+
+    #[test]
+    fn manager_ctx_is_the_owner_in_both_abis() {
+        let (owner, releases) = julia_owner(ElementType::Float32, false);
+        let expected = owner.descriptor.clone();
+        let versioned = export_versioned_described(owner, 3).unwrap();
+        let header = versioned.as_ptr();
+        // SAFETY: the header of a live tensor we own; its `manager_ctx` is an `Owner` (checked
+        // against the layout first), read while the tensor lives.
+        let (context, owner_at) = unsafe {
+            let context = (*header).manager_ctx;
+            (
+                context,
+                (*context.cast::<Owner>()).descriptor.strides().to_vec(),
+            )
+        };
+        let offset = offset_of!(Described<DLManagedTensorVersioned, Owner>, owner);
+        assert_eq!(context as usize, header as usize + offset);
+        assert_eq!(
+            owner_at,
+            expected.strides(),
+            "the owner, read through manager_ctx"
+        );
+        drop(versioned);
+        assert_eq!(CountingOwner::releases(&releases), 1);
+
+        let (owner, releases) = julia_owner(ElementType::Int8, false);
+        let legacy = export_legacy_described(owner).unwrap();
+        let header = legacy.as_ptr();
+        // SAFETY: as above.
+        let context = unsafe { (*header).manager_ctx };
+        let offset = offset_of!(Described<DLManagedTensor, Owner>, owner);
+        assert_eq!(context as usize, header as usize + offset);
+        drop(legacy);
         assert_eq!(CountingOwner::releases(&releases), 1);
     }
 

@@ -224,6 +224,35 @@ mod tests {
     }
 
     #[test]
+    fn manager_ctx_is_never_null_even_for_an_owner_of_no_size() {
+        let data = [0u8; 4];
+        let spec = byte_spec(ElementType::UInt8, &data);
+        let (counting, _) = CountingOwner::new();
+        let contexts = [
+            export_versioned(&spec, (), 3).unwrap().into_raw(),
+            export_versioned(&spec, counting, 3).unwrap().into_raw(),
+        ]
+        .map(|raw| {
+            // SAFETY: a tensor just made, released here by its own deleter, once.
+            unsafe {
+                let context = (*raw).manager_ctx;
+                ((*raw).deleter.unwrap())(raw);
+                context
+            }
+        });
+        let legacy = export_legacy(&spec, ()).unwrap();
+        // SAFETY: the header of a live tensor we own.
+        let legacy_context = unsafe { (*legacy.as_ptr()).manager_ctx };
+        assert!(
+            contexts
+                .iter()
+                .chain([&legacy_context])
+                .all(|c| !c.is_null()),
+            "{contexts:?} {legacy_context:?}"
+        );
+    }
+
+    #[test]
     fn flags_travel_and_legacy_refuses_read_only() {
         let data = [0u8; 4];
         let spec = TensorDescriptor::from_julia_layout(

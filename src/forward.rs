@@ -131,6 +131,11 @@ mod tests {
         let header = unsafe { &*raw };
         assert_eq!(header.version, DLPackVersion::CURRENT);
         assert_eq!(header.flags, DlpackFlags::empty());
+        assert_eq!(
+            header.manager_ctx,
+            raw.cast(),
+            "manager_ctx: the imported allocation the header starts"
+        );
         let dl = &header.dl_tensor;
         assert_eq!(dl.ndim, 3);
         assert_eq!(dl.byte_offset, 0);

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::cuda::context::HeldContext;
 use crate::cuda::fence::FenceStream;
 pub use crate::managed::ManagedTensor;
-use crate::release::{ConsumerOrdering, PendingRelease};
+use crate::release::{ConsumerOrdering, PendingRelease, StreamKeeper};
 use crate::stream::StreamRequest;
 use dlpark::ffi::DLManagedTensorVersioned;
 use std::ffi::c_void;
@@ -48,6 +48,9 @@ pub(crate) struct Imported {
     /// Device memory imported with `stream=-1`: the consumer orders its own work, so the
     /// release needs the caller's stream.
     pub(crate) self_ordered: bool,
+    /// What keeps that stream alive until the release has recorded its event there
+    /// (see [`ImportedTensor::keep_consumer_stream`]).
+    pub(crate) stream_keeper: Option<StreamKeeper>,
 }
 
 /// Room in an imported tensor's allocation for the header it is forwarded under
@@ -88,6 +91,7 @@ impl ImportedTensor {
             consumer_stream: None,
             consumer_context: None,
             self_ordered: false,
+            stream_keeper: None,
         });
         let Imported {
             managed,
@@ -108,6 +112,7 @@ impl ImportedTensor {
             consumer_stream: None,
             consumer_context: None,
             self_ordered: false,
+            stream_keeper: None,
         }))
     }
 
@@ -116,7 +121,8 @@ impl ImportedTensor {
     }
 
     /// Gives up the descriptor and returns the still-owned managed tensor, forgetting the
-    /// consumer's stream: its release is no longer ordered (see [`Self::into_release`]).
+    /// consumer's stream (and dropping its keeper): its release is no longer ordered (see
+    /// [`Self::into_release`]).
     pub fn into_managed(self) -> ManagedTensor {
         self.0.managed
     }
@@ -141,6 +147,17 @@ impl ImportedTensor {
             Some(1 | 2) => HeldContext::current().ok().flatten(),
             _ => None,
         };
+    }
+
+    /// Holds `keeper` (what keeps the consumer's stream alive, see [`crate::release`]) until
+    /// the tensor's release has recorded its event on that stream, and drops it right after;
+    /// or with the tensor, when it is dropped unreleased. A tensor that remembers no stream
+    /// (host memory, `stream=-1`, an empty tensor) will record nothing: `keeper` is dropped
+    /// at once. A keeper held already is replaced, and dropped.
+    pub fn keep_consumer_stream(&mut self, keeper: StreamKeeper) {
+        if self.0.consumer_stream.is_some() {
+            self.0.stream_keeper = Some(keeper);
+        }
     }
 
     /// The `CUstream` remembered by [`Self::set_consumer_stream`], if any.
@@ -174,6 +191,7 @@ impl ImportedTensor {
             consumer_stream,
             consumer_context,
             self_ordered,
+            stream_keeper,
             ..
         } = *self.0;
         let consumer = consumer_stream.map(|handle| FenceStream {
@@ -185,9 +203,10 @@ impl ImportedTensor {
             None if self_ordered => ConsumerOrdering::SelfOrdered,
             None => ConsumerOrdering::Unknown,
         };
-        // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract), the
-        // caller's by this function's.
-        unsafe { PendingRelease::after(managed, &descriptor, ordering, caller) }
+        // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract, and its
+        // keeper, which the release holds until its event is recorded there), the caller's by
+        // this function's.
+        unsafe { PendingRelease::after(managed, &descriptor, ordering, caller, stream_keeper) }
     }
 
     /// The tensor as one pointer to its allocation (aligned to at least 8 bytes), for handles

@@ -47,7 +47,7 @@ pub use dtype::ElementType;
 pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use imported::{ImportedTensor, ManagedTensor};
 pub use layout::{Access, CopyPolicy, LayoutPlan, ViewPlan};
-pub use release::PendingRelease;
+pub use release::{PendingRelease, StreamKeeper};
 
 /// Re-exported so that the bridges name the same DLPack types.
 pub use dlpark;

@@ -19,6 +19,18 @@
 //! know what to wait for, so it synchronises the device's context and says so
 //! ([`Error::ReleaseNeedsStream`]).
 //!
+//! The consumer's stream must still exist when the release records its event there, and a
+//! consumer may not be able to promise that by itself: CUDA.jl destroys a task's stream in its
+//! `CuStream`'s finalizer, and when the importing task has ended, that finalizer and the one
+//! that releases the imported array run in the same collection, in no order. Such a consumer
+//! hands the tensor a [`StreamKeeper`] (for Julia: a root of the `CuStream`), which the tensor
+//! hands to its release, which drops it once the event is recorded (later than the release
+//! call while a graph capture defers the record), and never before
+//! ([`crate::ImportedTensor::keep_consumer_stream`]). The stream may be destroyed from then on:
+//! its work, the event included, still completes (`cuStreamDestroy` returns at once and the
+//! driver frees the stream once its work is done). Recording an event at import instead would
+//! not order the work the consumer enqueues after the import.
+//!
 //! Errors never keep a tensor alive and never let its deleter run unordered: when an event
 //! cannot be recorded (the stream handle was destroyed, the context is broken) the release falls
 //! back to synchronising the context of the memory's device, runs the deleter, and returns the
@@ -64,6 +76,28 @@ pub fn ordering_device(descriptor: &TensorDescriptor) -> Option<i32> {
     }
 }
 
+/// What keeps a consumer's stream alive for an imported tensor's release (see the module
+/// docs): a token and the function that gives it back (the Python bridge: a Julia root id,
+/// queued for Julia to unroot). Dropping it gives the token back, once.
+#[derive(Debug)]
+pub struct StreamKeeper {
+    token: u64,
+    give_back: fn(u64),
+}
+
+impl StreamKeeper {
+    /// A keeper that calls `give_back(token)` when dropped. `give_back` must not unwind.
+    pub fn new(token: u64, give_back: fn(u64)) -> Self {
+        Self { token, give_back }
+    }
+}
+
+impl Drop for StreamKeeper {
+    fn drop(&mut self) {
+        (self.give_back)(self.token);
+    }
+}
+
 /// A producer's tensor whose deleter is to run once the consumer's work on it is complete.
 /// Dropping it waits for that work on the host, then runs the deleter; [`Self::complete`]
 /// does the same and says what failed.
@@ -73,6 +107,8 @@ pub struct PendingRelease {
     fence: Option<ReleaseFence>,
     /// A failure while recording the fence, returned by [`Self::complete`].
     error: Option<Error>,
+    /// Keeps the consumer's stream alive until every event is recorded on it.
+    stream_keeper: Option<StreamKeeper>,
 }
 
 impl PendingRelease {
@@ -82,6 +118,7 @@ impl PendingRelease {
             managed: Some(managed),
             fence: None,
             error: None,
+            stream_keeper: None,
         }
     }
 
@@ -97,6 +134,7 @@ impl PendingRelease {
         descriptor: &TensorDescriptor,
         consumer: ConsumerOrdering,
         caller: Option<usize>,
+        stream_keeper: Option<StreamKeeper>,
     ) -> Self {
         let Some(device) = ordering_device(descriptor) else {
             return Self::unordered(managed);
@@ -129,22 +167,36 @@ impl PendingRelease {
         } else {
             return Self::unordered(managed);
         };
-        Self {
+        let mut release = Self {
             managed: Some(managed),
             fence: Some(fence),
             error,
+            stream_keeper,
+        };
+        release.let_streams_go_once_recorded();
+        release
+    }
+
+    /// Drops the stream keeper once every event is recorded (a capture may defer one).
+    fn let_streams_go_once_recorded(&mut self) {
+        if self.stream_keeper.is_some() && self.fence.as_mut().is_none_or(ReleaseFence::can_wait) {
+            self.stream_keeper = None;
         }
     }
 
     /// Whether the deleter may run without waiting: no fence, or every event completed.
     pub fn is_ready(&mut self) -> bool {
-        self.fence.as_mut().is_none_or(ReleaseFence::is_complete)
+        let ready = self.fence.as_mut().is_none_or(ReleaseFence::is_complete);
+        self.let_streams_go_once_recorded();
+        ready
     }
 
     /// Whether a host wait for the consumer's work would finish by itself: false while a stream
     /// it was used on is being captured into a graph (keep such a release queued).
     pub fn can_wait(&mut self) -> bool {
-        self.fence.as_mut().is_none_or(ReleaseFence::can_wait)
+        let can = self.fence.as_mut().is_none_or(ReleaseFence::can_wait);
+        self.let_streams_go_once_recorded();
+        can
     }
 
     /// Whether a fence orders this release (for tests: host memory has none).
@@ -169,6 +221,7 @@ impl PendingRelease {
 
     fn finish(&mut self) -> Result<()> {
         self.wait();
+        self.stream_keeper = None;
         drop(self.managed.take());
         self.error.take().map_or(Ok(()), Err)
     }
@@ -357,6 +410,96 @@ mod tests {
         // SAFETY: as above.
         drop(unsafe { tensor.into_release_after(2) });
         assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    thread_local! {
+        /// Tokens given back on this thread, each with how many fences this thread had tried
+        /// to record by then.
+        static GIVEN_BACK: std::cell::RefCell<Vec<(u64, usize)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    fn give_back(token: u64) {
+        let tried = crate::cuda::fence::RECORDS_TRIED_HERE.get();
+        GIVEN_BACK.with_borrow_mut(|given| given.push((token, tried)));
+    }
+
+    fn given_back() -> Vec<(u64, usize)> {
+        GIVEN_BACK.take()
+    }
+
+    fn tried() -> usize {
+        crate::cuda::fence::RECORDS_TRIED_HERE.get()
+    }
+
+    /// Asserts what happens without a driver (CI): the stream's keeper is given back once,
+    /// right after the release has tried to record its event, on every way a tensor goes.
+    #[test]
+    fn without_a_driver_the_stream_keeper_is_given_back_once_after_the_recording() {
+        require_no_driver();
+        let on_device = |keeper_token| {
+            let (mut tensor, count) = tensor_on(CUDA0, 0x1000, &[4]);
+            // SAFETY: without a driver no handle is ever dereferenced.
+            unsafe { tensor.set_consumer_stream(StreamRequest::Handle(0x1230)) };
+            tensor.keep_consumer_stream(StreamKeeper::new(keeper_token, give_back));
+            (tensor, count)
+        };
+        given_back();
+
+        // Released: after the recording, before the deleter runs (which may wait long).
+        let (tensor, count) = on_device(1);
+        assert_eq!(given_back(), [], "held while the tensor is");
+        let before = tried();
+        let release = tensor.into_release();
+        assert_eq!(
+            given_back(),
+            [(1, before + 1)],
+            "given back after the one recording"
+        );
+        assert_eq!(CountingOwner::releases(&count), 0);
+        drop(release);
+        assert_eq!(CountingOwner::releases(&count), 1);
+        assert_eq!(given_back(), [], "once");
+
+        // Released after the caller's stream too, and through a forwarded tensor's deleter.
+        let (tensor, _) = on_device(2);
+        let before = tried();
+        // SAFETY: as above.
+        drop(unsafe { tensor.into_release_after(0x4560) });
+        assert_eq!(given_back(), [(2, before + 1)]);
+        let (tensor, count) = on_device(3);
+        let forwarded = crate::forward::forward_versioned(tensor, drop).unwrap();
+        assert_eq!(given_back(), [], "forwarding keeps it");
+        let before = tried();
+        drop(forwarded);
+        assert_eq!(given_back(), [(3, before + 1)]);
+        assert_eq!(CountingOwner::releases(&count), 1);
+
+        // Dropped unreleased (an import's error path): given back with it, nothing recorded.
+        let (tensor, _) = on_device(4);
+        let before = tried();
+        drop(tensor);
+        assert_eq!(given_back(), [(4, before)]);
+    }
+
+    /// Holds with and without a driver: a tensor that will record nothing gives its keeper
+    /// back at once.
+    #[test]
+    fn a_tensor_without_a_consumer_stream_gives_its_keeper_back_at_once() {
+        static DATA: [f32; 4] = [0.0; 4];
+        given_back();
+        let (mut host, _) = tensor_on(Device::CPU, DATA.as_ptr() as usize, &[4]);
+        // SAFETY: host memory: no stream is remembered.
+        unsafe { host.set_consumer_stream(StreamRequest::Handle(0x1230)) };
+        host.keep_consumer_stream(StreamKeeper::new(7, give_back));
+        let (mut unordered, _) = tensor_on(CUDA0, 0x1000, &[4]);
+        // SAFETY: no stream is named.
+        unsafe { unordered.set_consumer_stream(StreamRequest::NoSync) };
+        unordered.keep_consumer_stream(StreamKeeper::new(8, give_back));
+        let tokens: Vec<u64> = given_back().into_iter().map(|(token, _)| token).collect();
+        assert_eq!(tokens, [7, 8]);
+        drop((host.into_release(), unordered.into_release()));
+        assert_eq!(given_back(), []);
     }
 
     /// Asserts what happens without a driver (CI): a forwarded device tensor's deleter hands

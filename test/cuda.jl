@@ -28,6 +28,16 @@ end
     @test err isa DLPackError && occursin("default-stream alias", err.message)
 end
 
+# CUDA.jl 6 loads CUDACore, whose extension defines the methods; CUDA.jl 5 has no CUDACore, and
+# the CUDA extension defines them (ext/RsDLPackCUDAExt.jl).
+@testset "the CUDA extension for this CUDA.jl" begin
+    expected = isdefined(CUDA, :CUDACore) ? :RsDLPackCUDACoreExt : :RsDLPackCUDAExt
+    extension = Base.get_extension(RsDLPack, expected)
+    @test extension isa Module
+    @test which(RsDLPack.plan_target, (Type{CuArray{Float32,2}},)).module === extension
+    @test RsDLPack.plan_target(CuArray{Float32,2}) == RsDLPack.TARGET_CUDA_ARRAY
+end
+
 if !CUDA.functional()
     @info "CUDA is not functional here: test/cuda.jl skipped"
     @testset "CUDA extension" begin
@@ -54,6 +64,20 @@ else
             # proves the ordering against torch's allocator).
             @test RsDLPack.release_stream(view(A, :, 1)) == RsDLPack.release_stream(A) != -1
             RsDLPack.unsafe_free!(A)
+        end
+        @testset "an importing task's stream stays rooted until the release records on it" begin
+            t = torch.arange(6, dtype=torch.float32, device="cuda")
+            before = RsDLPack.rooted_count()
+            # Imported on that task's own stream; the task then ends, and only the array's
+            # release still needs the stream (CUDA.jl's finalizer would destroy it).
+            A = fetch(@async from_dlpack(CuArray, t))
+            @test RsDLPack.rooted_count() == before + 1
+            GC.gc(true)
+            @test Array(A) == Float32[0, 1, 2, 3, 4, 5]
+            A = nothing
+            GC.gc(true)  # the finalizer records the release's event, then gives the root back
+            RsDLPack.flush_releases()
+            @test RsDLPack.rooted_count() == before
         end
         @testset "typed CuArray forms" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)

@@ -4,14 +4,21 @@
 #     julia --project=. -e 'using Pkg; Pkg.build(); Pkg.test()'
 #
 # Each front-end runs in its own process (RSDLPACK_TEST_FRONTEND=PyCall or PythonCall selects
-# one), with the Python its package finds (PythonCall: CondaPkg's environment; PyCall: the one
-# it was built with). A front-end whose Python cannot import NumPy records a skipped test that
-# names the interpreter, and runs nothing else. RSDLPACK_TEST_PYTHON=/path/to/python points
-# both at one interpreter (PythonCall without CondaPkg; PyCall needs `Pkg.build("PyCall")`
-# after ENV["PYTHON"] changes).
+# one), with the Python its package finds. PythonCall: CondaPkg's environment, to which
+# CondaPkg.toml's [dev.deps] adds NumPy when RsDLPack is tested. PyCall: the Python it was built
+# with (ENV["PYTHON"] when `Pkg.build("PyCall")` ran; by default python3 on PATH on Linux, its
+# own Conda elsewhere). A front-end whose Python cannot import NumPy fails; it records a skipped
+# test instead only for a user who opted out with RSDLPACK_TEST_ALLOW_NO_NUMPY=1, and never where
+# CI is set.
+#
+# RSDLPACK_TEST_PYTHON=/path/to/python: PythonCall uses that interpreter (no CondaPkg
+# environment). PyCall cannot change its Python after it is built: the variable sets
+# PYCALL_JL_RUNTIME_PYTHON, which PyCall honours only for an interpreter with the libpython it
+# was built with (a virtual environment of that Python) and refuses otherwise; for any other
+# Python, rebuild PyCall with ENV["PYTHON"] set to it first.
 #
 # This file sets up each process and its front-end; the tests are one file per subject, included
-# below: without Python eltypes.jl, abi.jl, package.jl; with NumPy numpy.jl, release.jl,
+# below: without Python eltypes.jl, abi.jl, package.jl, jll.jl; with NumPy numpy.jl, release.jl,
 # share.jl; jax.jl and torch.jl when those are installed; cuda.jl with a GPU.
 #
 # The README's examples are test/readme_pythoncall.jl, test/readme_pycall.jl and the CUDA part
@@ -27,15 +34,34 @@ const TEST_PYTHON = get(ENV, "RSDLPACK_TEST_PYTHON", nothing)
 if TEST_PYTHON !== nothing
     ENV["JULIA_CONDAPKG_BACKEND"] = "Null"
     ENV["JULIA_PYTHONCALL_EXE"] = TEST_PYTHON
-    ENV["PYTHON"] = TEST_PYTHON
+    ENV["PYCALL_JL_RUNTIME_PYTHON"] = TEST_PYTHON
 end
 
 const FRONTEND = get(ENV, "RSDLPACK_TEST_FRONTEND", nothing)
+
+"""
+Whether a front-end without NumPy may skip its tests: only when the user opted out
+(RSDLPACK_TEST_ALLOW_NO_NUMPY=1), and never on CI (`CI` set, as CI services do), where a
+skipped suite would pass for a tested one.
+"""
+function numpy_may_be_missing(env=ENV)
+    on_ci = !(lowercase(get(env, "CI", "")) in ("", "0", "false"))
+    return get(env, "RSDLPACK_TEST_ALLOW_NO_NUMPY", "") == "1" && !on_ci
+end
+
+@testset "a front-end without NumPy is skipped only for a user who opted out" begin
+    @test !numpy_may_be_missing(Dict{String,String}())
+    @test numpy_may_be_missing(Dict("RSDLPACK_TEST_ALLOW_NO_NUMPY" => "1"))
+    @test numpy_may_be_missing(Dict("RSDLPACK_TEST_ALLOW_NO_NUMPY" => "1", "CI" => "false"))
+    @test !numpy_may_be_missing(Dict("RSDLPACK_TEST_ALLOW_NO_NUMPY" => "1", "CI" => "true"))
+    @test !numpy_may_be_missing(Dict("RSDLPACK_TEST_ALLOW_NO_NUMPY" => "yes"))
+end
 
 @testset "Julia side, no Python" begin
     include("eltypes.jl")
     include("abi.jl")
     include("package.jl")
+    include("jll.jl")
 end
 
 # One process per front-end: PyCall and PythonCall each load Python their own way.
@@ -86,9 +112,14 @@ end
 
 const NUMPY_MISSING = numpy_missing()
 if NUMPY_MISSING !== nothing
-    @warn NUMPY_MISSING
     @testset "$FRONTEND" begin
-        @test_skip NUMPY_MISSING
+        if numpy_may_be_missing()
+            @warn NUMPY_MISSING * " (skipped: RSDLPACK_TEST_ALLOW_NO_NUMPY=1)"
+            @test_skip NUMPY_MISSING
+        else
+            @error NUMPY_MISSING * "; RSDLPACK_TEST_ALLOW_NO_NUMPY=1 skips this front-end (not where CI is set)"
+            @test NUMPY_MISSING === nothing
+        end
     end
     # fatou-ignore discouraged-function: this front-end's process has nothing else it can test
     exit()

@@ -1,48 +1,77 @@
-# The BinaryBuilder recipe of RsDLPack_jll: both native libraries of RsDLPack, prebuilt, so
-# that Julia users need no Rust toolchain. Written as Yggdrasil's recipes are (R/rustfft and
-# P/peppi_jlrs, both jlrs libraries, are the models), to be submitted there as
-# R/RsDLPack/build_tarballs.jl; it runs from here as well:
+# The BinaryBuilder recipe of RsDLPack_jll, as it is to be submitted to Yggdrasil at
+# R/RsDLPack/build_tarballs.jl: both native libraries of RsDLPack, prebuilt, so that Julia users
+# need no Rust toolchain. Written as Yggdrasil's jlrs recipes are (R/rustfft, P/peppi_jlrs):
+# source and commit literal, the script inline, libjulia's platforms. It runs only from inside a
+# Yggdrasil checkout (the include below), with no environment variables:
 #
-#     RSDLPACK_GIT_COMMIT=<40 hex digits> YGGDRASIL=/path/to/Yggdrasil \
-#         julia --project=<an environment with BinaryBuilder> deps/binarybuilder/build_tarballs.jl --verbose
+#     cp deps/binarybuilder/build_tarballs.jl <Yggdrasil>/R/RsDLPack/
+#     cd <Yggdrasil>/R/RsDLPack && julia --project=<BinaryBuilder env> build_tarballs.jl --verbose
 #
-# The bash part is deps/binarybuilder/build.sh, read below, which test/python/test_binarybuilder.py
-# runs against a simulated prefix in CI. RsDLPack finds the JLL's libraries by name when the
-# environment has RsDLPack_jll (julia/library.jl, jll_library); environment variables and
-# preferences still win, and Pkg.build stays the fallback.
-#
-# Platforms. The jlrs bridge links libjulia, so it is built once per Julia version 1.10-1.12:
-# `libjulia_platforms` tags each platform with a julia_version, and Pkg picks the artifact of
-# the running Julia. The Python bridge links no libjulia (nor libpython: abi3, its symbols come
-# from the process), so one build per platform would do — but every artifact of a
-# julia_version-tagged JLL must hold every product, so BinaryBuilder builds it again in each
-# Julia version's build (identical bytes). Building it once would take a second JLL.
-# Windows is excluded: a DLL cannot leave Python's symbols to the process that loads it.
+# For a release, `python scripts/update_recipe_commit.py <commit>` writes the commit below.
+# test/python/test_binarybuilder.py runs the script against a simulated prefix and checks the
+# rest of this file; docs/src/distribution.md has the reasons in full.
 using BinaryBuilder, Pkg
 
 name = "RsDLPack"
 version = v"0.1.0"
+# jlrs 0.23 supports Julia 1.10-1.12, and the jlrs bridge links libjulia: one build per version.
 julia_versions = [v"1.10", v"1.11", v"1.12"]
 
-# The repository and the commit to build (Yggdrasil's recipe names both literally).
-repository = get(ENV, "RSDLPACK_GIT_URL", "https://github.com/RsDLPack/RsDLPack.git")
-commit = get(ENV, "RSDLPACK_GIT_COMMIT", "")
-occursin(r"^[0-9a-f]{40}$", commit) ||
-    error("set RSDLPACK_GIT_COMMIT to the 40-hex-digit commit of $repository to build")
-
 sources = [
-    GitSource(repository, commit; unpack_target="RsDLPack"),
+    GitSource("https://github.com/RsDLPack/RsDLPack.jl.git",
+              "241cb88691d2505187b1cd6ed309df527ee57305"),
 ]
 
-script = read(joinpath(@__DIR__, "build.sh"), String)
+# Both libraries are built in every build, once per platform and Julia version: every artifact of
+# a julia_version-tagged JLL holds every product, so the Python bridge, which links neither
+# libjulia nor libpython (abi3: its Python symbols come from the process), is built again in each
+# (identical bytes). Under BinaryBuilder jlrs links no libjulia (it finds julia.h in
+# $WORKSPACE/destdir through bb_target): the repository's .cargo/config.toml gives the linker
+# flags that needs on Apple and FreeBSD, and -crt-static on musl.
+# test/python/test_binarybuilder.py runs this script against a simulated prefix, where
+# RSDLPACK_BB_JLRS_CHECK_ONLY=1 makes the jlrs step a `DOCS_RS=1 cargo check` (no libjulia there).
+script = raw"""
+set -eo pipefail
+cd $WORKSPACE/srcdir/RsDLPack.jl
 
-# libjulia_platforms comes from Yggdrasil (L/libjulia/common.jl): found relative to this file
-# once it sits at R/RsDLPack/ in Yggdrasil, or through YGGDRASIL, a checkout of it.
-include(joinpath(get(ENV, "YGGDRASIL", joinpath(@__DIR__, "..", "..")), "L", "libjulia", "common.jl"))
+# One target directory per library (the jlrs bridge is its own workspace). Under BinaryBuilder
+# cargo writes into <dir>/$CARGO_BUILD_TARGET/release; without a target triple (the CI
+# simulation), into <dir>/release.
+targets="${CARGO_TARGET_DIR:-$PWD/target}"
+release_dir() {
+    echo "$targets/$1/${CARGO_BUILD_TARGET:+$CARGO_BUILD_TARGET/}release"
+}
+
+# The Python bridge: abi3, no libpython linked (the same steps as deps/build.toml).
+env -u PYO3_PYTHON PYO3_BUILD_EXTENSION_MODULE=1 PYO3_NO_PYTHON=1 \
+    cargo build --release --locked -p rsdlpack-python --target-dir "$targets/python_bridge"
+install -Dvm 0755 "$(release_dir python_bridge)/librsdlpack_python.${dlext}" \
+    "${libdir}/librsdlpack_python.${dlext}"
+
+# The jlrs bridge: compiled against this build's Julia version.
+if [ -n "${RSDLPACK_BB_JLRS_CHECK_ONLY:-}" ]; then
+    DOCS_RS=1 cargo check --release --locked --manifest-path bridges/julia/Cargo.toml \
+        --target-dir "$targets/julia_bridge"
+else
+    cargo build --release --locked --manifest-path bridges/julia/Cargo.toml \
+        --target-dir "$targets/julia_bridge"
+    install -Dvm 0755 "$(release_dir julia_bridge)/librsdlpack_julia.${dlext}" \
+        "${libdir}/librsdlpack_julia.${dlext}"
+fi
+
+install_license LICENSE
+"""
+
+include("../../L/libjulia/common.jl")
 platforms = vcat(libjulia_platforms.(julia_versions)...)
-filter!(!Sys.iswindows, platforms)
-# As in P/peppi_jlrs: no Rust toolchain for aarch64 FreeBSD.
-filter!(p -> !(Sys.isfreebsd(p) && arch(p) == "aarch64"), platforms)
+# Each platform costs six cargo builds (two crates, three Julia versions). Kept: 64-bit Linux
+# (glibc: NumPy, torch, JAX, CuPy and CUDA; musl: NumPy), macOS (arm64: NumPy, torch, JAX;
+# x86_64: NumPy, torch up to 2.2) and x86_64 FreeBSD (the system's Python packages). Left out:
+# Windows (a DLL cannot leave Python's symbols to the process that loads it), i686 and
+# powerpc64le Linux (no NumPy or torch wheels), aarch64 FreeBSD (libjulia only for Julia 1.12).
+is_kept(p) = (Sys.islinux(p) && arch(p) in ("x86_64", "aarch64")) || Sys.isapple(p) ||
+             (Sys.isfreebsd(p) && arch(p) == "x86_64")
+filter!(is_kept, platforms)
 
 products = [
     LibraryProduct("librsdlpack_julia", :librsdlpack_julia),
@@ -53,8 +82,12 @@ products = [
 
 dependencies = [
     BuildDependency("libjulia_jll"),
+    # The libc crate links libiconv on Apple (`link(name = "iconv")`), as in both jlrs recipes.
+    Dependency("Libiconv_jll"; platforms=filter(Sys.isapple, platforms)),
 ]
 
+# GCC 10 as in R/rustfft (jlrs compiles C against julia.h); no Rust pin: BinaryBuilder's newest
+# toolchain is above the crates' rust-version (1.88). julia_compat: exactly the built versions.
 build_tarballs(ARGS, name, version, sources, script, platforms, products, dependencies;
-               julia_compat="1.10", compilers=[:c, :rust], preferred_rust_version=v"1.94",
-               lock_microarchitecture=false)
+               julia_compat=libjulia_julia_compat(julia_versions), preferred_gcc_version=v"10",
+               compilers=[:c, :rust])

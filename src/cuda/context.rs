@@ -80,10 +80,8 @@ impl HeldContext {
         let _relaxed = RelaxedCapture::enter();
         let mut context: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer valid.
-        call(
-            unsafe { sys::cuCtxGetCurrent(&mut context) },
-            "cuCtxGetCurrent",
-        )?;
+        let status = unsafe { sys::cuCtxGetCurrent(&mut context) };
+        call(status, "cuCtxGetCurrent")?;
         if context.is_null() {
             return Ok(None);
         }
@@ -101,10 +99,8 @@ impl HeldContext {
             let _current = unsafe { Current::push(context) }?;
             let mut device: sys::CUdevice = 0;
             // SAFETY: out-pointer valid; a context is current.
-            call(
-                unsafe { sys::cuCtxGetDevice(&mut device) },
-                "cuCtxGetDevice",
-            )?;
+            let status = unsafe { sys::cuCtxGetDevice(&mut device) };
+            call(status, "cuCtxGetDevice")?;
             device
         };
         // SAFETY: a valid device handle; the retain is kept (a primary context) or undone now.
@@ -186,10 +182,8 @@ impl Current {
     unsafe fn push(context: sys::CUcontext) -> Result<Self> {
         let relaxed = RelaxedCapture::enter();
         // SAFETY: live (contract); popped in Drop.
-        call(
-            unsafe { sys::cuCtxPushCurrent_v2(context) },
-            "cuCtxPushCurrent",
-        )?;
+        let status = unsafe { sys::cuCtxPushCurrent_v2(context) };
+        call(status, "cuCtxPushCurrent")?;
         Ok(Self { _relaxed: relaxed })
     }
 }
@@ -276,10 +270,8 @@ mod tests {
             Err(crate::Error::NoCudaDriver)
         ));
         // SAFETY: without a driver it returns before the handle is used.
-        assert!(matches!(
-            unsafe { HeldContext::of_stream(0x1234) },
-            Err(crate::Error::NoCudaDriver)
-        ));
+        let of_stream = unsafe { HeldContext::of_stream(0x1234) };
+        assert!(matches!(of_stream, Err(crate::Error::NoCudaDriver)));
         assert!(matches!(
             HeldContext::current(),
             Err(crate::Error::NoCudaDriver)

@@ -31,6 +31,13 @@ const LEGACY_DEFAULT: usize = 1;
 /// The driver's value for the calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
 const PER_THREAD_DEFAULT: usize = 2;
 
+#[cfg(test)]
+thread_local! {
+    /// How many fences this thread has tried to record: lets tests without a driver see what
+    /// happens before and after the recording.
+    pub(crate) static RECORDS_TRIED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// A stream a release is to be ordered after, with the context its aliases (1, 2) meant.
 #[derive(Debug)]
 pub struct FenceStream {
@@ -114,6 +121,8 @@ impl ReleaseFence {
     /// validate arbitrary values. A user context named with an alias must stay alive until the
     /// fence is dropped.
     pub unsafe fn record(memory_device: i32, streams: Vec<FenceStream>) -> (Self, Result<()>) {
+        #[cfg(test)]
+        RECORDS_TRIED_HERE.set(RECORDS_TRIED_HERE.get() + 1);
         let mut fence = Self::none();
         let mut outcome = Ok(());
         let mut seen: Vec<usize> = Vec::with_capacity(streams.len());
@@ -204,10 +213,8 @@ impl ReleaseFence {
             }
             let waited = event.context.enter().and_then(|_current| {
                 // SAFETY: a live event this fence created; its context is current.
-                call(
-                    unsafe { sys::cuEventSynchronize(event.event) },
-                    "cuEventSynchronize",
-                )
+                let status = unsafe { sys::cuEventSynchronize(event.event) };
+                call(status, "cuEventSynchronize")
             });
             outcome = outcome.and(waited);
         }
@@ -227,10 +234,8 @@ impl ReleaseFence {
         for event in self.events.drain(..) {
             let destroyed = event.context.enter().and_then(|_current| {
                 // SAFETY: a live event this fence created, destroyed once (drained).
-                call(
-                    unsafe { sys::cuEventDestroy_v2(event.event) },
-                    "cuEventDestroy",
-                )
+                let status = unsafe { sys::cuEventDestroy_v2(event.event) };
+                call(status, "cuEventDestroy")
             });
             outcome = outcome.and(destroyed);
             // The context is let go after its event: `event` drops here.
@@ -308,21 +313,16 @@ unsafe fn fence_event(memory_device: i32, stream: FenceStream) -> Result<FenceEv
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
         | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
     // SAFETY: `event` is a valid out-pointer; the stream's context is current.
-    call(
-        unsafe { sys::cuEventCreate(&mut event, flags) },
-        "cuEventCreate",
-    )?;
+    let status = unsafe { sys::cuEventCreate(&mut event, flags) };
+    call(status, "cuEventCreate")?;
     // SAFETY: a live stream (contract); its context is current.
     let capturing = unsafe { is_capturing(handle) };
     let recorded = match capturing {
         Ok(true) => Ok(Some(handle)),
         Ok(false) => {
             // SAFETY: `event` was just created in the stream's context; the stream is live.
-            call(
-                unsafe { sys::cuEventRecord(event, handle as sys::CUstream) },
-                "cuEventRecord",
-            )
-            .map(|()| None)
+            let status = unsafe { sys::cuEventRecord(event, handle as sys::CUstream) };
+            call(status, "cuEventRecord").map(|()| None)
         }
         Err(error) => Err(error),
     };

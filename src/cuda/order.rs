@@ -76,15 +76,11 @@ impl ReadyEvent {
         let mut event: sys::CUevent = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: `event` is a valid out-pointer; the producer's context is current.
-        call(
-            unsafe { sys::cuEventCreate(&mut event, flags) },
-            "cuEventCreate",
-        )?;
+        let status = unsafe { sys::cuEventCreate(&mut event, flags) };
+        call(status, "cuEventCreate")?;
         // SAFETY: the event was just created in the stream's context; the stream is live.
-        let recorded = call(
-            unsafe { sys::cuEventRecord(event, producer as sys::CUstream) },
-            "cuEventRecord",
-        );
+        let status = unsafe { sys::cuEventRecord(event, producer as sys::CUstream) };
+        let recorded = call(status, "cuEventRecord");
         if let Err(error) = recorded {
             // SAFETY: our event, recorded nowhere, destroyed once.
             let _ = unsafe { sys::cuEventDestroy_v2(event) };
@@ -115,10 +111,8 @@ impl ReadyEvent {
     pub fn wait_on_host(&self) -> Result<()> {
         let _current = self.context.enter()?;
         // SAFETY: a live event of ours; its context is current.
-        call(
-            unsafe { sys::cuEventSynchronize(self.event) },
-            "cuEventSynchronize",
-        )
+        let status = unsafe { sys::cuEventSynchronize(self.event) };
+        call(status, "cuEventSynchronize")
     }
 }
 

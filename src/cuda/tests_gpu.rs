@@ -1,6 +1,7 @@
 //! The CUDA paths against a real driver and device 0: pointer checks on memory the driver
 //! allocated, stream ordering between two created streams, stream descriptions, device →
-//! host copies, and releases that wait for their consumer's streams.
+//! host copies, and releases that wait for their consumer's streams (also when the stream is
+//! destroyed right after the release, as CUDA.jl destroys a finished task's stream).
 //!
 //! Every test here is `#[ignore = "needs a CUDA driver"]`: CI (no driver) lists them as
 //! ignored, and the GPU run (`scripts/gpu_check.sh` stages this test binary, `test/gpu/run.sh`
@@ -504,6 +505,71 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
     released.send(()).unwrap();
     importer.join().unwrap();
     assert!(!gate.timed_out.load(Ordering::SeqCst));
+}
+
+/// What [`destroy_stream`] did: 0 not called, 1 the destroy failed, 2 the stream was destroyed.
+static DESTROYED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A keeper's give-back that destroys the stream whose handle is its token, as CUDA.jl's
+/// `CuStream` finalizer does once nothing roots the stream any more.
+fn destroy_stream(handle: u64) {
+    let _context = DeviceContext::enter(0).expect("device 0's primary context");
+    // SAFETY: the stream the test created for this keeper, destroyed once, here.
+    let destroyed = unsafe { result::stream::destroy(handle as sys::CUstream) };
+    DESTROYED.store(if destroyed.is_ok() { 2 } else { 1 }, Ordering::SeqCst);
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_release_records_on_the_consumers_stream_before_its_keeper_lets_it_be_destroyed() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    context.bind_to_thread().unwrap();
+    let stream = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let (mut tensor, count) = imported_on_device(
+        &memory,
+        crate::stream::StreamRequest::Handle(stream as usize),
+    );
+    tensor.keep_consumer_stream(crate::release::StreamKeeper::new(
+        stream as u64,
+        destroy_stream,
+    ));
+    let gate = closed_gate();
+    // SAFETY: a live stream; `gate` outlives the enqueued call (the release waits for it).
+    unsafe {
+        result::stream::launch_host_function(
+            stream,
+            hold_until_open,
+            Arc::as_ptr(&gate).cast_mut().cast(),
+        )
+    }
+    .expect("cuLaunchHostFunc");
+
+    let mut release = tensor.into_release();
+    assert_eq!(
+        DESTROYED.load(Ordering::SeqCst),
+        2,
+        "the keeper was given back with the release, and the stream destroyed with work pending"
+    );
+    assert!(
+        !release.is_ready(),
+        "the event was recorded before the stream was destroyed, and waits for its work"
+    );
+    assert_eq!(CountingOwner::releases(&count), 0);
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
+    release
+        .complete()
+        .expect("no driver call failed: the stream was live when recorded on");
+    let waited = started.elapsed();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    opener.join().unwrap();
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the deleter ran after {waited:?}, before the destroyed stream's work was done"
+    );
 }
 
 /// A user context of device 0 (not the primary one) with a non-blocking stream in it; the

@@ -84,10 +84,8 @@ impl PrivateStream {
         let mut stream: sys::CUstream = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: out-pointer valid; a context is current (the caller entered one).
-        call(
-            unsafe { sys::cuStreamCreate(&mut stream, flags) },
-            "cuStreamCreate",
-        )?;
+        let status = unsafe { sys::cuStreamCreate(&mut stream, flags) };
+        call(status, "cuStreamCreate")?;
         Ok(Self(stream))
     }
 }

@@ -7,9 +7,32 @@ are rsdlpack_abi.py's, generated from include/rsdlpack.h (scripts/abi_constants.
 re-exported here; the names below that predate it are aliases of those."""
 
 import ctypes
+import gc
 
 import rsdlpack_abi
 from rsdlpack_abi import *  # noqa: F403 (every ABI constant, re-exported)
+
+# The Python C API through a handle of our own: `ctypes.pythonapi` is one object for the whole
+# process, whose functions any library may retype (NVIDIA Warp sets Py_DecRef.argtypes for
+# everyone); a PyDLL of our own has its own function objects, typed here once.
+PYTHON_API = ctypes.PyDLL(None)
+PYTHON_API.Py_DecRef.argtypes = [ctypes.py_object]
+PYTHON_API.Py_DecRef.restype = None
+PYTHON_API.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+PYTHON_API.PyCapsule_GetPointer.restype = ctypes.c_void_p
+
+
+def adopt(obj):
+    """Gives back the new reference an entry point wrote into a py_object (ctypes never
+    releases one), once the caller holds its own: what Julia's PyObject does by stealing it."""
+    PYTHON_API.Py_DecRef(obj)
+    return obj
+
+
+def capsule_pointer(capsule, name):
+    """The pointer inside a capsule named `name` (bytes)."""
+    return PYTHON_API.PyCapsule_GetPointer(capsule, name)
+
 
 class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_uint32), ("device_id", ctypes.c_int32)]
@@ -33,6 +56,11 @@ class DLTensor(ctypes.Structure):
 
 class DLPackVersion(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    """The legacy (unversioned) managed tensor, inside a "dltensor" capsule."""
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
 
 
 class DLManagedTensorVersioned(ctypes.Structure):
@@ -80,10 +108,7 @@ class DLPackExchangeAPI(ctypes.Structure):
 
 def exchange_api_of(tp):
     """The DLPackExchangeAPI a type offers as `__dlpack_c_exchange_api__` (checking the name)."""
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    return DLPackExchangeAPI.from_address(get(tp.__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
+    return DLPackExchangeAPI.from_address(capsule_pointer(tp.__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
 
 
 def run_deleter(tensor):
@@ -254,6 +279,8 @@ class Bridge:
         lib.rsdlpack_imported_release_later.restype = None
         lib.rsdlpack_imported_release_after.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_imported_release_after.restype = ctypes.c_int32
+        lib.rsdlpack_imported_keep_stream_alive.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        lib.rsdlpack_imported_keep_stream_alive.restype = None
         lib.rsdlpack_py_share.argtypes = [ctypes.POINTER(ArrayExport), ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_share.restype = ctypes.c_int32
         lib.rsdlpack_py_share_into.argtypes = [ctypes.POINTER(ArrayExport), ctypes.py_object, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
@@ -285,12 +312,7 @@ class Bridge:
         code = self.lib.rsdlpack_py_export_with_stream(tensor, stream, ctypes.byref(out), ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
-        exporter = out.value
-        # The entry point handed us a new reference; ctypes never releases references written
-        # into a py_object, so give it back once we hold our own (Julia's PyObject steals it).
-        ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
-        ctypes.pythonapi.Py_DecRef(exporter)
-        return exporter, None
+        return adopt(out.value), None
 
     def import_plan(self, obj, plan_options=None, options=None):
         """(ImportResult, None) or (None, (code, message))."""
@@ -315,6 +337,11 @@ class Bridge:
     def release_later(self, handle):
         self.lib.rsdlpack_imported_release_later(handle)
 
+    def keep_stream_alive(self, handle, root_id):
+        """rsdlpack_imported_keep_stream_alive: root `root_id` comes back once the release has
+        recorded its event on the import's stream (at once when nothing will be)."""
+        self.lib.rsdlpack_imported_keep_stream_alive(handle, root_id)
+
     def release_after(self, handle, stream):
         """rsdlpack_imported_release_after: None, or (code, message); released either way."""
         error = ctypes.c_void_p()
@@ -337,11 +364,7 @@ class Bridge:
             code = self.lib.rsdlpack_py_share_into(ctypes.byref(array), into, ctypes.byref(out), ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
-        # A new reference, as in export(): take it over.
-        exporter = out.exporter
-        ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
-        ctypes.pythonapi.Py_DecRef(exporter)
-        return (exporter, out.released_roots), None
+        return (adopt(out.exporter), out.released_roots), None
 
     def take_released_roots(self):
         taken = []
@@ -377,3 +400,51 @@ def first_element(tensor):
 def shape_of(tensor):
     t = tensor.contents.dl_tensor
     return [t.shape[i] for i in range(t.ndim)], [t.strides[i] for i in range(t.ndim)]
+
+
+# (DLPack type code, bits) of the element types that the array libraries name alike ("float32").
+DLPACK_DTYPES = {
+    "bool": (6, 8),
+    "int8": (0, 8),
+    "int16": (0, 16),
+    "int32": (0, 32),
+    "int64": (0, 64),
+    "uint8": (1, 8),
+    "uint16": (1, 16),
+    "uint32": (1, 32),
+    "uint64": (1, 64),
+    "float16": (2, 16),
+    "bfloat16": (4, 16),
+    "float32": (2, 32),
+    "float64": (2, 64),
+    "complex64": (5, 64),
+    "complex128": (5, 128),
+}
+
+
+def flush(bridge):
+    """Collects garbage, then runs the releases it queued."""
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
+
+
+def forget_earlier_roots(bridge):
+    """Takes the roots that earlier tests left (a failed test's frame frees its arrays late)."""
+    flush(bridge)
+    bridge.take_released_roots()
+
+
+def imported(bridge, obj, options=None):
+    """rsdlpack_py_import's tensor, asserting that it succeeded."""
+    tensor, error = bridge.import_(obj, options)
+    assert error is None, error
+    return tensor
+
+
+def share_numpy(bridge, backing, dims, strides, root_id, **options):
+    """A "Julia array" over a NumPy buffer (`dims` and `strides` in elements, Julia's) shared as
+    an exporter, asserting that it succeeded."""
+    code = ELEMENT_CODES[str(backing.dtype)]
+    (exporter, _), error = bridge.share(backing.ctypes.data, dims, strides, code, root_id=root_id, **options)
+    assert error is None, error
+    return exporter

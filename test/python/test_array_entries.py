@@ -136,6 +136,24 @@ def test_release_after_off_the_gil_queues(bridge):
     assert sys.getrefcount(a) == before
 
 
+def test_keeping_a_host_imports_stream_alive_gives_the_root_back_at_once(bridge_with_gil):
+    """A host tensor's release records on no stream, so the stream's root (Julia's root of the
+    CuStream) comes back at once; the handle is not consumed. The device case needs a handle to
+    device memory, which an import cannot give without a driver: the bridge's own tests
+    (c_abi::held) and src/cuda/tests_gpu.rs cover it."""
+    bridge_with_gil.take_released_roots()
+    a = np.arange(5.0)
+    before = sys.getrefcount(a)
+    result, _ = bridge_with_gil.import_plan(a, options=ImportOptions(has_stream=1, stream=-1, copy=-1))
+    bridge_with_gil.keep_stream_alive(result.plan.tensor, 501)
+    bridge_with_gil.keep_stream_alive(None, 502)
+    assert sorted(bridge_with_gil.take_released_roots()) == [501, 502]
+    assert sys.getrefcount(a) > before, "still held"
+    bridge_with_gil.release_handle(result.plan.tensor)
+    assert sys.getrefcount(a) == before
+    assert bridge_with_gil.take_released_roots() == []
+
+
 @pytest.mark.parametrize("loader", LOADERS)
 @pytest.mark.parametrize("order", [0, 1])
 def test_copies_land_column_major_and_release_the_tensor(loader, order, request):

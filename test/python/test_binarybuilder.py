@@ -1,12 +1,13 @@
-"""The bash part of the BinaryBuilder recipe (deps/binarybuilder/build.sh), run against a
-simulated BinaryBuilder prefix, without BinaryBuilder.
+"""The BinaryBuilder recipe (deps/binarybuilder/build_tarballs.jl), as Yggdrasil will run it, and
+its inline bash script run against a simulated BinaryBuilder prefix, without BinaryBuilder.
 
-BinaryBuilder clones the source into $WORKSPACE/srcdir/RsDLPack and runs the script with
-$prefix, $libdir, $target, $rust_target, $dlext, $nproc and bb_target set (and cargo's
-CARGO_BUILD_TARGET). Here: the tracked files are copied to <tmp>/srcdir/RsDLPack, the same
-variables are set for this machine (x86_64-linux-gnu), and the script must leave the libraries
-exactly where the recipe's products (deps/binarybuilder/build_tarballs.jl) say: $libdir, under
-their product names.
+BinaryBuilder clones the source into $WORKSPACE/srcdir/RsDLPack.jl (GitSource names the
+directory after the URL) and runs the script with $prefix, $libdir, $target, $rust_target,
+$dlext, $nproc and bb_target set (and cargo's CARGO_BUILD_TARGET). Here: the script is taken out
+of the recipe's raw triple-quoted `script` string as Julia reads it, the tracked files are copied to
+<tmp>/srcdir/RsDLPack.jl, the same variables are set for this machine (x86_64-linux-gnu), and the
+script must leave the libraries exactly where the recipe's products say, and the license where
+BinaryBuilder's audit looks.
 
 What it cannot do here: link the jlrs bridge, which needs a libjulia (BinaryBuilder installs
 libjulia_jll's for each Julia version in $WORKSPACE/destdir). RSDLPACK_BB_JLRS_CHECK_ONLY=1 makes
@@ -22,6 +23,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -29,7 +31,21 @@ from test_install import make_read_only, tracked_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RECIPE = REPO / "deps" / "binarybuilder" / "build_tarballs.jl"
-SCRIPT = REPO / "deps" / "binarybuilder" / "build.sh"
+sys.path.insert(0, str(REPO / "scripts"))
+import update_recipe_commit  # noqa: E402
+
+
+def recipe_script(recipe_text):
+    """The recipe's raw triple-quoted `script` string, as Julia reads it: the newline after the opening
+    quotes dropped, no escapes (a raw string's only one, a backslash before a quote, is refused),
+    no indentation to strip (every line starts at column 0 or the block is refused)."""
+    m = re.search(r'^script = raw"""\n(.*?)^"""$', recipe_text, re.M | re.S)
+    assert m, "the recipe has no `script = raw\"\"\"` block closed at column 0"
+    body = m[1]
+    assert '\\"' not in body, "a backslash before a quote: Julia's raw string would change it"
+    lines = [line for line in body.splitlines() if line.strip()]
+    assert any(not line[0].isspace() for line in lines), "Julia would strip a common indentation"
+    return body
 
 
 def recipe_products():
@@ -37,27 +53,79 @@ def recipe_products():
     return re.findall(r'LibraryProduct\("(\w+)", :(\w+)', RECIPE.read_text())
 
 
-def test_the_recipe_reads_the_script_and_names_both_products():
+def test_the_recipe_is_written_as_yggdrasil_runs_it():
     recipe = RECIPE.read_text()
-    assert 'read(joinpath(@__DIR__, "build.sh"), String)' in recipe
+    # Yggdrasil runs a recipe with no environment: the source is literal, nothing is read from ENV
+    # or from a second file, and libjulia's helpers come from Yggdrasil's own tree.
+    assert "ENV" not in recipe and "read(" not in recipe
+    sources = re.findall(r'GitSource\(\s*"([^"]+)",\s*"([0-9a-f]{40})"\s*\)', recipe)
+    assert len(sources) == 1, sources
+    url, _ = sources[0]
+    assert url.endswith("/RsDLPack.jl.git"), url  # General's AutoMerge wants /Name.jl.git
+    assert "cd $WORKSPACE/srcdir/RsDLPack.jl\n" in recipe_script(recipe)  # GitSource's directory
+    assert 'include("../../L/libjulia/common.jl")' in recipe
     assert recipe_products() == [("librsdlpack_julia", "librsdlpack_julia"),
                                  ("librsdlpack_python", "librsdlpack_python")]
     # The jlrs bridge once per Julia version, as Yggdrasil's R/rustfft and P/peppi_jlrs do.
     assert 'julia_versions = [v"1.10", v"1.11", v"1.12"]' in recipe
     assert "vcat(libjulia_platforms.(julia_versions)...)" in recipe
     assert 'BuildDependency("libjulia_jll")' in recipe
-    assert "compilers=[:c, :rust]" in recipe
-    # The names the package looks for (julia/library.jl, JLL_PRODUCTS).
-    library_jl = (REPO / "julia" / "library.jl").read_text()
+    assert 'Dependency("Libiconv_jll"; platforms=filter(Sys.isapple, platforms))' in recipe
+    call = recipe[recipe.index("build_tarballs(ARGS"):]
+    assert "compilers=[:c, :rust]" in call
+    assert 'preferred_gcc_version=v"10"' in call
+    assert "julia_compat=libjulia_julia_compat(julia_versions)" in call
+    assert "preferred_rust_version" not in recipe  # no pin without a reason
+    assert "lock_microarchitecture" not in recipe
+    # The platform list of docs/src/distribution.md: 64-bit Linux, macOS, x86_64 FreeBSD.
+    assert re.search(r'is_kept\(p\) = \(Sys\.islinux\(p\) && arch\(p\) in \("x86_64", "aarch64"\)\) \|\| '
+                     r'Sys\.isapple\(p\) \|\|\s+\(Sys\.isfreebsd\(p\) && arch\(p\) == "x86_64"\)', recipe)
+    assert "filter!(is_kept, platforms)" in recipe
+    # The license is installed in every build, and exists.
+    assert re.search(r"^install_license LICENSE$", recipe_script(recipe), re.M)
+    assert "MIT License" in (REPO / "LICENSE").read_text()
+    # The names the package looks for (julia/jll.jl, JLL_PRODUCTS).
+    jll_jl = (REPO / "julia" / "jll.jl").read_text()
     for _, variable in recipe_products():
-        assert f":{variable}_path" in library_jl, variable
+        assert f":{variable}_path" in jll_jl, variable
+
+
+def test_the_script_extraction_reads_what_julia_would():
+    text = 'x = 1\nscript = raw"""\ncd $WORKSPACE\necho "${libdir}"\n"""\n'
+    assert recipe_script(text) == 'cd $WORKSPACE\necho "${libdir}"\n'
+    with pytest.raises(AssertionError, match="backslash"):
+        recipe_script('script = raw"""\necho \\"x\\"\n"""\n')
+    with pytest.raises(AssertionError, match="indentation"):
+        recipe_script('script = raw"""\n    a\n    b\n"""\n')
+
+
+def test_the_release_script_rewrites_the_commit(tmp_path):
+    recipe = tmp_path / "build_tarballs.jl"
+    recipe.write_text(RECIPE.read_text())
+    head = update_recipe_commit.resolve_commit("HEAD")
+    # Two commits where the history has them (a shallow clone may have one).
+    listed = subprocess.run(["git", "rev-list", "--max-count=2", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split()
+    for commit in reversed(listed):
+        assert update_recipe_commit.main([commit[:10], "--recipe", str(recipe)]) == 0
+        text = recipe.read_text()
+        assert re.findall(r'GitSource\(\s*"[^"]+",\s*"([0-9a-f]{40})"', text) == [commit]
+        # Nothing else changes.
+        assert text == RECIPE.read_text().replace(
+            re.search(r'GitSource\(\s*"[^"]+",\s*"([0-9a-f]{40})"', RECIPE.read_text())[1], commit)
+    assert update_recipe_commit.main(["no-such-commit-name", "--recipe", str(recipe)]) == 1
+    with pytest.raises(update_recipe_commit.RecipeError, match="40 lowercase hex"):
+        update_recipe_commit.rewrite(recipe.read_text(), "abc")
+    with pytest.raises(update_recipe_commit.RecipeError, match="exactly one GitSource"):
+        update_recipe_commit.rewrite('GitSource("u", "' + "0" * 40 + '")\nGitSource("v", "' + "1" * 40 + '")', head)
+    assert recipe.read_text().count(head) == 1
 
 
 def test_the_build_script_installs_the_products_into_a_simulated_prefix(tmp_path):
     if shutil.which("cargo") is None:
         pytest.fail("cargo is not on PATH")
     workspace = tmp_path / "workspace"
-    source = workspace / "srcdir" / "RsDLPack"
+    source = workspace / "srcdir" / "RsDLPack.jl"
     for name in tracked_files():
         path = REPO / name
         if path.is_symlink() or not path.is_file():
@@ -93,8 +161,10 @@ def test_the_build_script_installs_the_products_into_a_simulated_prefix(tmp_path
         "PATH": f"{tools}{os.pathsep}{env['PATH']}",
     })
     try:
-        result = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert result.returncode == 0, f"build.sh failed:\n{result.stderr[-6000:]}"
+        script = tmp_path / "script.sh"
+        script.write_text(recipe_script(RECIPE.read_text()))
+        result = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, f"the recipe's script failed:\n{result.stderr[-6000:]}"
         installed = sorted(p.name for p in libdir.iterdir())
         # The Python bridge where its product says; the jlrs bridge was only checked here.
         assert installed == ["librsdlpack_python.so"], installed
@@ -106,6 +176,8 @@ def test_the_build_script_installs_the_products_into_a_simulated_prefix(tmp_path
         needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True)
         if needed.returncode == 0:
             assert "libpython" not in needed.stdout, "the Python bridge must not link libpython"
+        # BinaryBuilder's audit wants the license in $prefix/share/licenses/<name>.
+        assert (prefix / "share" / "licenses" / "RsDLPack" / "LICENSE").read_text() == (REPO / "LICENSE").read_text()
     finally:
         for path in [source, *source.rglob("*")]:
             if path.is_dir():

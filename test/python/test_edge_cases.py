@@ -4,11 +4,14 @@ define, CUDA tensors without a driver, and what legacy or older versioned consum
 
 import ctypes
 import gc
+import sys
 
 import numpy as np
 import pytest
 
-from rsdlpack_ctypes import ACCEPT_UNKNOWN_DEVICE_TYPES, BUFFER, ELEMENT_CODES, INVALID, PLAN_VIEW, TENSOR_P, first_element, shape_of
+from rsdlpack_ctypes import (ACCEPT_UNKNOWN_DEVICE_TYPES, BUFFER, ELEMENT_CODES, INVALID, PLAN_VIEW, TENSOR_P, capsule_pointer,
+                             first_element, run_deleter, shape_of)
+from rsdlpack_ctypes import SET_ERROR, DLManagedTensor, DLTensor, exchange_api_of
 
 IS_SUBBYTE_TYPE_PADDED = 4
 
@@ -24,10 +27,7 @@ def misaligned_array():
 def capsule_contents(capsule):
     """The version and flags of the tensor inside an unconsumed versioned capsule, read in
     place (the capsule keeps it; importing would re-wrap it under the current version)."""
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    managed = ctypes.cast(get(capsule, b"dltensor_versioned"), TENSOR_P).contents
+    managed = ctypes.cast(capsule_pointer(capsule, b"dltensor_versioned"), TENSOR_P).contents
     return (managed.version.major, managed.version.minor), managed.flags
 
 
@@ -165,3 +165,54 @@ def test_bcomplex_travels_both_ways_and_needs_dlpack_1_3(bridge):
     del exporter
     gc.collect()
     bridge.lib.rsdlpack_py_flush_releases()
+
+
+def test_every_managed_tensor_we_hand_out_names_its_owner(bridge):
+    """dlpack.h allows a NULL manager_ctx, but PaddlePaddle never calls the deleter of such a
+    tensor (test_paddle.py): every tensor RsDLPack makes carries its owner's address there."""
+
+    backing = np.arange(6.0)
+    (shared, _), error = bridge.share(backing.ctypes.data, [2, 3], [1, 2], ELEMENT_CODES["float64"], root_id=1)
+    assert error is None, error
+    forwarded, error = bridge.import_(np.arange(3.0))
+    assert error is None, error
+    api = exchange_api_of(type(shared))
+    through_api = TENSOR_P()
+    assert api.managed_tensor_from_py_object_no_sync(shared, ctypes.byref(through_api)) == 0
+    shape = (ctypes.c_int64 * 1)(4)
+    prototype = DLTensor(None, (1, 0), 1, (2, 32, 1), shape, None, 0)
+    allocated = TENSOR_P()
+    assert api.managed_tensor_allocator(ctypes.byref(prototype), ctypes.byref(allocated), None, SET_ERROR()) == 0
+    versioned = shared.__dlpack__(max_version=(1, 3))
+    legacy = shared.__dlpack__()
+    contexts = {
+        "rsdlpack_py_import": forwarded.contents.manager_ctx,
+        "managed_tensor_from_py_object_no_sync": through_api.contents.manager_ctx,
+        "managed_tensor_allocator": allocated.contents.manager_ctx,
+        "a versioned capsule": ctypes.cast(capsule_pointer(versioned, b"dltensor_versioned"), TENSOR_P).contents.manager_ctx,
+        "a legacy capsule": ctypes.cast(capsule_pointer(legacy, b"dltensor"), ctypes.POINTER(DLManagedTensor)).contents.manager_ctx,
+    }
+    assert all(contexts.values()), contexts
+    for tensor in [forwarded, through_api, allocated]:
+        run_deleter(tensor)
+    del shared, versioned, legacy
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
+    bridge.take_released_roots()
+
+
+def test_the_ctypes_client_survives_a_peer_that_retypes_ctypes_pythonapi(bridge, monkeypatch):
+    """NVIDIA Warp sets ctypes.pythonapi.Py_DecRef.argtypes for the whole process; the ctypes
+    client (rsdlpack_ctypes.PYTHON_API) types its own handle, so another library's choice
+    changes nothing here."""
+    monkeypatch.setattr(ctypes.pythonapi.Py_DecRef, "argtypes", [ctypes.c_void_p])
+    monkeypatch.setattr(ctypes.pythonapi.PyCapsule_GetPointer, "restype", ctypes.c_int)
+    backing = np.arange(3.0)
+    (shared, _), error = bridge.share(backing.ctypes.data, [3], [1], ELEMENT_CODES["float64"], root_id=2)
+    assert error is None, error
+    assert np.from_dlpack(shared).tolist() == backing.tolist()
+    assert exchange_api_of(type(shared)).header.version.major == 1
+    refs = sys.getrefcount(shared)
+    del shared
+    gc.collect()
+    assert refs == 2, "one reference: ours (the entry point's was given back)"

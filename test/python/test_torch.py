@@ -11,7 +11,6 @@ Facts about torch 2.15 these tests pin down (so that a change in torch shows up 
 """
 
 import ctypes
-import gc
 import sys
 
 import numpy as np
@@ -20,14 +19,18 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is in scripts/requirements.txt")
 
 from rsdlpack_ctypes import (  # noqa: E402
+    DLPACK_DTYPES,
     SET_ERROR,
     TENSOR_P,
     DLDataType,
     DLDevice,
     DLTensor,
     ImportOptions,
+    adopt,
     exchange_api_of,
     first_element,
+    flush,
+    imported,
     run_deleter,
     shape_of,
 )
@@ -35,34 +38,7 @@ from rsdlpack_ctypes import (  # noqa: E402
 READ_ONLY, IS_COPIED = 1, 2
 KDLCPU = 1
 # (DLPack type code, bits) of every torch dtype with a DLPack and Julia counterpart.
-DTYPES = {
-    "bool": (6, 8),
-    "int8": (0, 8),
-    "int16": (0, 16),
-    "int32": (0, 32),
-    "int64": (0, 64),
-    "uint8": (1, 8),
-    "uint16": (1, 16),
-    "uint32": (1, 32),
-    "uint64": (1, 64),
-    "float16": (2, 16),
-    "bfloat16": (4, 16),
-    "float32": (2, 32),
-    "float64": (2, 64),
-    "complex64": (5, 64),
-    "complex128": (5, 128),
-}
-
-
-def flush(bridge):
-    gc.collect()
-    bridge.lib.rsdlpack_py_flush_releases()
-
-
-def imported(bridge, t, options=None):
-    tensor, error = bridge.import_(t, options)
-    assert error is None, error
-    return tensor
+DTYPES = DLPACK_DTYPES
 
 
 def element_strides(t):
@@ -386,9 +362,7 @@ def test_managed_tensor_to_py_object_steals_the_tensor(bridge):
     tensor = imported(bridge, a)
     out = ctypes.py_object()
     assert api.managed_tensor_to_py_object_no_sync(tensor, ctypes.byref(out)) == 0
-    obj = out.value
-    ctypes.pythonapi.Py_DecRef.argtypes = [ctypes.py_object]
-    ctypes.pythonapi.Py_DecRef(obj)  # ctypes never releases the new reference it was given
+    obj = adopt(out.value)
     assert type(obj).__name__ == "DLPackTensor"
     n = np.from_dlpack(obj)
     assert n.ctypes.data == a.ctypes.data and n.tolist() == a.tolist()
@@ -424,8 +398,7 @@ def test_managed_tensor_allocator_makes_aligned_host_tensors_and_reports_errors(
     # A consumer (torch) takes it as any managed tensor; its deleter frees the buffer.
     exporter = ctypes.py_object()
     assert api.managed_tensor_to_py_object_no_sync(out, ctypes.byref(exporter)) == 0
-    t = torch.from_dlpack(exporter.value)
-    ctypes.pythonapi.Py_DecRef(exporter.value)
+    t = torch.from_dlpack(adopt(exporter.value))
     assert t.shape == (3, 5) and t[2, 4].item() == 7.0
 
     empty, keep = prototype([0, 4])

@@ -12,7 +12,8 @@
 //!   GIL, or `rsdlpack_py_flush_releases`, runs the deleter).
 //!
 //! The caller guarantees "exactly once" (Julia swaps the handle out of its owner atomically);
-//! each function consumes the handle.
+//! each function consumes the handle. [`rsdlpack_imported_keep_stream_alive`] does not: it
+//! gives the held tensor what keeps its import's stream alive until that release.
 //!
 //! A CUDA tensor's release is ordered after its consumer's GPU work (see
 //! [`rsdlpack::release`]): after the stream the import named (`import_options`), and for
@@ -23,10 +24,11 @@
 
 use super::border::{entry_point, quietly};
 use crate::error::{BridgeError, BridgeResult};
+use crate::export::roots::JuliaRoot;
 use crate::protocol::request::StreamRequest;
 use crate::python::release;
 use rsdlpack::layout::IndexOrder;
-use rsdlpack::{ImportedTensor, PendingRelease};
+use rsdlpack::{ImportedTensor, PendingRelease, StreamKeeper};
 use std::ffi::c_char;
 
 /// An imported tensor the caller holds through a handle: its producer's memory and the index
@@ -189,6 +191,39 @@ unsafe fn release_after(
     }
 }
 
+/// Keeps the stream the tensor behind `handle` was imported on alive for its release: root
+/// `root_id` (for Julia: a root of the `CuStream` object, whose finalizer would destroy the
+/// stream) is returned through `rsdlpack_py_take_released_roots` right after
+/// the tensor's release, whichever function makes it, has recorded its event on that stream,
+/// and never before (see [`rsdlpack::release`]). Returned at once when there is nothing to
+/// record: a null handle, host memory, an import with `stream=-1`. The handle is not consumed.
+/// Call it before anything may release the handle (before the finalizer is attached).
+///
+/// # Safety
+/// `handle` must be null or an unconsumed handle from [`rsdlpack_py_import_plan`] that no
+/// other thread uses during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_keep_stream_alive(
+    handle: *mut std::ffi::c_void,
+    root_id: u64,
+) {
+    quietly((), || {
+        let keeper = StreamKeeper::new(root_id, give_back_root);
+        // SAFETY: null or an unconsumed handle used by no one else meanwhile (this entry
+        // point's contract); handed back unchanged below.
+        if let Some(mut held) = unsafe { Held::take(handle) } {
+            held.tensor.keep_consumer_stream(keeper);
+            let again = held.into_handle();
+            debug_assert_eq!(again, handle, "the same allocation and order tag");
+        }
+    })
+}
+
+/// A [`StreamKeeper`]'s token is a Julia root id: giving it back queues it for Julia to unroot.
+fn give_back_root(id: u64) {
+    drop(JuliaRoot(id));
+}
+
 /// Queues the tensor behind `handle` for release: runs no Python code and waits for neither the
 /// GIL nor the GPU, so a finalizer may call it on any thread. A CUDA tensor gets an event
 /// recorded on the stream its import named (a driver call that does not wait). The next call
@@ -246,6 +281,19 @@ mod tests {
         (held.into_handle(), count)
     }
 
+    const CUDA0: Device = Device {
+        kind: DeviceKind::Cuda,
+        id: 0,
+    };
+
+    /// The tests named `without_a_driver_*` assert what happens where no driver exists.
+    fn require_no_driver() {
+        assert!(
+            !rsdlpack::cuda::driver_available(),
+            "asserts the no-driver behaviour"
+        );
+    }
+
     /// `rsdlpack_imported_release_after`'s code and message.
     fn release_after(handle: *mut std::ffi::c_void, stream: i64) -> (i32, String) {
         let mut message: *mut c_char = std::ptr::null_mut();
@@ -298,34 +346,93 @@ mod tests {
     /// (test/gpu/check_gpu.py covers these entry points there).
     #[test]
     fn without_a_driver_device_releases_run_the_deleter_and_the_explicit_one_says_why() {
-        assert!(
-            !rsdlpack::cuda::driver_available(),
-            "asserts the no-driver behaviour"
-        );
-        let cuda = Device {
-            kind: DeviceKind::Cuda,
-            id: 0,
-        };
+        require_no_driver();
         Python::attach(|py| {
-            let (handle, count) = handle_on(cuda, StreamRequest::Handle(0x1230));
+            let (handle, count) = handle_on(CUDA0, StreamRequest::Handle(0x1230));
             let (code, message) = release_after(handle, 0x4560);
             assert_eq!(code, 2, "{message}");
             assert!(message.starts_with("no CUDA driver"), "{message}");
             assert_eq!(count.load(Ordering::SeqCst), 1);
 
-            let (handle, count) = handle_on(cuda, StreamRequest::Handle(0x1230));
+            let (handle, count) = handle_on(CUDA0, StreamRequest::Handle(0x1230));
             // SAFETY: an unconsumed handle.
             unsafe { rsdlpack_imported_release(handle) };
             assert_eq!(count.load(Ordering::SeqCst), 1);
 
             // Queued: nothing could be recorded, so nothing holds it in the queue.
-            let (handle, count) = handle_on(cuda, StreamRequest::LegacyDefault);
+            let (handle, count) = handle_on(CUDA0, StreamRequest::LegacyDefault);
             // SAFETY: an unconsumed handle.
             unsafe { rsdlpack_imported_release_later(handle) };
             assert_eq!(count.load(Ordering::SeqCst), 0, "only queued");
             assert!(release::pending() >= 1);
             release::drain(py, release::Wait::No);
             assert_eq!(count.load(Ordering::SeqCst), 1);
+        });
+    }
+
+    /// The released roots among `ids` (the queue is process-wide: see `QUEUE_TESTS`).
+    fn taken_of(ids: &[u64]) -> Vec<u64> {
+        let mut batch = [0u64; 64];
+        let n = crate::export::roots::take_released(&mut batch);
+        let mut taken: Vec<u64> = batch[..n]
+            .iter()
+            .copied()
+            .filter(|id| ids.contains(id))
+            .collect();
+        taken.sort_unstable();
+        taken
+    }
+
+    /// Asserts what happens without a driver (CI): the stream's root comes back once the
+    /// release is made (its event recorded, or tried), by each of the releasing functions, and
+    /// not before; the handle itself is unchanged.
+    #[test]
+    fn without_a_driver_the_streams_root_comes_back_with_the_release() {
+        require_no_driver();
+        let ids = [9001, 9002, 9003, 9004, 9005];
+        let _queue = crate::export::roots::QUEUE_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Python::attach(|py| {
+            let kept = |id| {
+                let (handle, count) = handle_on(CUDA0, StreamRequest::Handle(0x1230));
+                // SAFETY: an unconsumed handle, used by nothing else meanwhile.
+                unsafe { rsdlpack_imported_keep_stream_alive(handle, id) };
+                (handle, count)
+            };
+            let (later, later_count) = kept(ids[0]);
+            let (now, _) = kept(ids[1]);
+            let (after, _) = kept(ids[2]);
+            assert_eq!(
+                taken_of(&ids),
+                Vec::<u64>::new(),
+                "held while the tensors are"
+            );
+            // SAFETY: unconsumed handles, each consumed once.
+            unsafe { rsdlpack_imported_release_later(later) };
+            assert_eq!(
+                taken_of(&ids),
+                [ids[0]],
+                "at the queued release, before the deleter"
+            );
+            assert_eq!(later_count.load(Ordering::SeqCst), 0);
+            // SAFETY: as above.
+            unsafe { rsdlpack_imported_release(now) };
+            assert_eq!(release_after(after, 0x4560).0, 2, "no driver");
+            assert_eq!(taken_of(&ids), [ids[1], ids[2]]);
+            release::drain(py, release::Wait::No);
+            assert_eq!(later_count.load(Ordering::SeqCst), 1);
+
+            // Nothing to record, so back at once: host memory, and a null handle.
+            let (host, _) = handle_on(Device::CPU, StreamRequest::Handle(0x1230));
+            // SAFETY: an unconsumed handle; then null.
+            unsafe {
+                rsdlpack_imported_keep_stream_alive(host, ids[3]);
+                rsdlpack_imported_keep_stream_alive(std::ptr::null_mut(), ids[4]);
+            }
+            assert_eq!(taken_of(&ids), [ids[3], ids[4]]);
+            // The handle still works after the call.
+            assert_eq!(release_after(host, -1), (0, String::new()));
         });
     }
 

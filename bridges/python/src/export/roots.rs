@@ -52,12 +52,17 @@ pub fn take_released(out: &mut [u64]) -> usize {
     n
 }
 
+/// Held by the tests that take from the process-wide queue, so that none takes another's ids.
+#[cfg(test)]
+pub(crate) static QUEUE_TESTS: Mutex<()> = Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn released_roots_are_taken_once_in_batches() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         // The queue is process-wide: start from what other tests may have left.
         let mut sink = [0u64; 64];
         while take_released(&mut sink) > 0 {}

@@ -33,9 +33,9 @@ pub(super) fn device_of(object: &Bound<'_, PyAny>) -> BridgeResult<Option<Device
             };
         }
     };
-    match crate::protocol::request::device_from_python(Some(&answer)) {
-        Ok(Some(device)) => Ok(Some(device)),
-        _ => Err(BridgeError::BadDeviceAnswer {
+    match crate::protocol::request::answered_device_from_python(&answer) {
+        Some(device) => Ok(Some(device)),
+        None => Err(BridgeError::BadDeviceAnswer {
             method: format!("{}.{method}", names::of_object(object)),
             answer: answer.to_string(),
         }),

@@ -48,6 +48,22 @@ pub fn device_from_python(value: Option<&Bound<'_, PyAny>>) -> BridgeResult<Opti
     })))
 }
 
+/// Reads a producer's `__dlpack_device__()` answer: a `(device_type, device_id)` tuple, where
+/// a host device may name no id (PaddlePaddle 3.3 answers `(kDLCPU, None)`): the host has one.
+pub fn answered_device_from_python(value: &Bound<'_, PyAny>) -> Option<Device> {
+    let (device_type, device_id): (u32, Option<i32>) = value.extract().ok()?;
+    let device_type = rsdlpack::dlpark::ffi::DLDeviceType(device_type);
+    let device_id = match device_id {
+        Some(id) => id,
+        None if device_type == rsdlpack::dlpark::ffi::DLDeviceType::CPU => 0,
+        None => return None,
+    };
+    Some(Device::from_dlpack(rsdlpack::dlpark::ffi::DLDevice {
+        device_type,
+        device_id,
+    }))
+}
+
 /// Reads the tri-state `copy` argument.
 pub fn copy_from_python(value: Option<&Bound<'_, PyAny>>) -> BridgeResult<Option<bool>> {
     match value.filter(|v| !v.is_none()) {
