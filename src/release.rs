@@ -199,6 +199,14 @@ impl PendingRelease {
         can
     }
 
+    /// Whether the release waits by synchronising its device's context (the fallback where no
+    /// event could be recorded): never complete by itself, so a queue must wait for it.
+    pub fn is_conservative(&self) -> bool {
+        self.fence
+            .as_ref()
+            .is_some_and(ReleaseFence::is_conservative)
+    }
+
     /// Whether a fence orders this release (for tests: host memory has none).
     pub fn is_ordered(&self) -> bool {
         self.fence.is_some()

@@ -607,10 +607,10 @@ fn convention(py: Python<'_>, status: c_int, allowed: &[ErrorCode], what: &str) 
     }
 }
 
-/// The error codes of an exporter's export on this machine (no CUDA driver: CUDA memory needs
-/// it for the stream ordering).
+/// The error codes of an exporter's export on this machine (no CUDA driver: CUDA and managed
+/// memory need it for the stream ordering).
 fn export_outcome(d: &TensorDescriptor) -> Option<ErrorCode> {
-    (d.device().kind == DeviceKind::Cuda).then_some(ErrorCode::Buffer)
+    rsdlpack::export::plan::ordered_by_streams(d.device().kind).then_some(ErrorCode::Buffer)
 }
 
 fn same_tensor(a: &TensorDescriptor, b: &TensorDescriptor) {

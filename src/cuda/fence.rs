@@ -161,6 +161,11 @@ impl ReleaseFence {
         }
     }
 
+    /// Whether this fence waits by synchronising a whole context (the fallback).
+    pub fn is_conservative(&self) -> bool {
+        self.fallback.is_some()
+    }
+
     /// Whether this fence waits for anything (no driver, or nothing recorded: it does not).
     pub fn orders_anything(&self) -> bool {
         !self.events.is_empty() || self.fallback.is_some()

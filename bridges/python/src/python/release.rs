@@ -11,9 +11,10 @@
 //! consumer used (see [`rsdlpack::release`]). No host wait ever happens with the GIL held: a
 //! release at once from an entry point waits with the GIL released meanwhile, and a deleter's
 //! (which cannot let go of a GIL its caller may rely on) queues a release whose events have not
-//! completed. A queued one never waits in the call that drains it: a bridge call runs the
-//! deleters whose events have completed and leaves the rest queued, so that an import does not
-//! stall on unrelated GPU work; [`drain`] with [`Wait::Yes`] (the explicit flush) waits for them
+//! completed. A queued one never waits for its events in the call that drains it: a bridge
+//! call runs the deleters whose events have completed and leaves the rest queued, so that an
+//! import does not stall on unrelated GPU work (a release that could record no event, and falls
+//! back to synchronising its device's context, is the exception: nothing else would finish it); [`drain`] with [`Wait::Yes`] (the explicit flush) waits for them
 //! all, except those whose stream is being captured into a graph, which stay queued until the
 //! capture has ended.
 //!
@@ -116,11 +117,12 @@ pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
     }
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-        // Asking does not wait; host tensors and completed fences are ready. A flush takes all
-        // it can wait for.
+        // Asking does not wait; host tensors and completed fences are ready, and a fallback
+        // (a context to synchronise) never becomes ready by itself, so it is waited for here,
+        // with the GIL released. A flush takes all it can wait for.
         let take: fn(&mut PendingRelease) -> bool = match wait {
             Wait::Yes => PendingRelease::can_wait,
-            Wait::No => PendingRelease::is_ready,
+            Wait::No => |release| release.is_conservative() || release.is_ready(),
         };
         let (batch, waiting) = std::mem::take(&mut *pending)
             .into_iter()
@@ -132,7 +134,7 @@ pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
         batch
     };
     let mut batch = batch;
-    if wait == Wait::Yes && !batch.iter_mut().all(PendingRelease::is_ready) {
+    if !batch.iter_mut().all(PendingRelease::is_ready) {
         py.detach(|| batch.iter_mut().for_each(PendingRelease::wait));
     }
     let released = batch.len();
