@@ -40,6 +40,14 @@ typedef struct _object PyObject;
 #define RSDLPACK_PLAN_WRITABLE_TYPE 4
 
 /**
+ * `flags` bit of `rsdlpack_py_share_into_with_flags`: `type` may be any object; one that is
+ * not a Python type gets an exporter, as from `rsdlpack_py_share`, to hand to it. So a caller
+ * that must not touch Python before the GIL check (Julia, whose `share(A, consumer)` takes
+ * types and functions alike) asks what `consumer` is only once the call has succeeded.
+ */
+#define RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES 8
+
+/**
  * `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
  */
 #define RSDLPACK_PLAN_ANY -1
@@ -646,7 +654,9 @@ int32_t rsdlpack_py_share_into(const struct RsdlArrayExport *array,
                                char **error_out);
 
 /**
- * As [`rsdlpack_py_share_into`], with `flags` as [`rsdlpack_py_share_with_flags`] takes them.
+ * As [`rsdlpack_py_share_into`], with `flags` as [`rsdlpack_py_share_with_flags`] takes them,
+ * and `RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES`: then a `type` that is not a Python type gets
+ * an exporter object, as from [`rsdlpack_py_share`] (instead of a refusal).
  *
  * # Safety
  * As [`rsdlpack_py_share_into`].

@@ -90,3 +90,23 @@ def test_unknown_flag_bits_are_refused_by_name(bridge_with_gil):
     _, (code, message) = share_calls(bridge_with_gil, a, 4)
     assert code == ERROR_CODE_INVALID and "rsdlpack_py_share_with_flags: unknown flag bits 0x4" in message
     bridge_with_gil.take_released_roots()
+
+
+def test_share_into_may_be_given_any_consumer_and_makes_an_exporter_for_non_types(bridge_with_gil):
+    # Julia's share(A, consumer) passes every consumer this way, so that it asks Python what the
+    # consumer is only after the call proved this thread holds the GIL.
+    from rsdlpack_abi import SHARE_EXPORTER_FOR_NON_TYPES
+
+    a = np.arange(4.0)
+    flags = CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES
+    (exporter, _), error = share_calls(bridge_with_gil, a, flags, into=np.from_dlpack)
+    assert error is None, error
+    assert hasattr(exporter, "__dlpack__") and np.from_dlpack(exporter).tolist() == a.tolist()
+    # A type still goes to its table (refused here: NumPy has none).
+    _, (code, message) = share_calls(bridge_with_gil, a, flags, into=np.ndarray)
+    assert code == ERROR_CODE_BUFFER and "cannot share into the type numpy.ndarray" in message
+    # Without the flag a non-type is refused.
+    _, (code, message) = share_calls(bridge_with_gil, a, CALL_REFUSE_WITHOUT_GIL, into=np.from_dlpack)
+    assert code == ERROR_CODE_INVALID and "must be a Python type" in message
+    del exporter
+    bridge_with_gil.take_released_roots()

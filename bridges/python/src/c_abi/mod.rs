@@ -60,6 +60,6 @@ pub use share::{
 pub use sizes::{RsdlStructId, rsdlpack_struct_size};
 pub use values::{
     RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY,
-    RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE, RsdlAccess, RsdlCopy, RsdlDense,
-    RsdlIndexOrder, RsdlTarget,
+    RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
+    RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
 };

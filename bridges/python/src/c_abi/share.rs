@@ -5,7 +5,7 @@
 
 use super::border::{attach_for, entry_point, quietly, with_object_as, with_python_as};
 use super::import_plan::index_order;
-use super::values::RSDLPACK_CALL_REFUSE_WITHOUT_GIL;
+use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES};
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
@@ -123,7 +123,9 @@ pub unsafe extern "C" fn rsdlpack_py_share_into(
     unsafe { rsdlpack_py_share_into_with_flags(array, r#type, 0, out, error_out) }
 }
 
-/// As [`rsdlpack_py_share_into`], with `flags` as [`rsdlpack_py_share_with_flags`] takes them.
+/// As [`rsdlpack_py_share_into`], with `flags` as [`rsdlpack_py_share_with_flags`] takes them,
+/// and `RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES`: then a `type` that is not a Python type gets
+/// an exporter object, as from [`rsdlpack_py_share`] (instead of a refusal).
 ///
 /// # Safety
 /// As [`rsdlpack_py_share_into`].
@@ -146,21 +148,27 @@ pub unsafe extern "C" fn rsdlpack_py_share_into_with_flags(
         let attach = attach_for(
             "rsdlpack_py_share_into_with_flags",
             flags,
-            RSDLPACK_CALL_REFUSE_WITHOUT_GIL,
+            RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
         )?;
+        let exporter_for_non_types = flags & RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES != 0;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
         // SAFETY: forwarded from this entry point's contract.
         let (spec, root, stream) = unsafe { read_array(array) }?;
         // SAFETY: a live object (caller's contract), borrowed for the call.
         let object = unsafe {
-            with_object_as(attach, r#type, |ty| {
-                let ty = ty
-                    .cast::<pyo3::types::PyType>()
-                    .map_err(|_| BridgeError::NotAType {
-                        got: ty.to_string(),
-                    })?;
-                Ok(share_into(ty, &spec, root, stream)?.unbind())
+            with_object_as(attach, r#type, |object| {
+                match object.cast::<pyo3::types::PyType>() {
+                    Ok(ty) => Ok(share_into(ty, &spec, root, stream)?.unbind()),
+                    Err(_) if exporter_for_non_types => {
+                        Py::new(object.py(), Exporter::of_julia_array(spec, root, stream))
+                            .map(Py::into_any)
+                            .map_err(|e| BridgeError::producer("creating the exporter", e))
+                    }
+                    Err(_) => Err(BridgeError::NotAType {
+                        got: object.to_string(),
+                    }),
+                }
             })
         }?;
         // SAFETY: `out` is writable (checked non-null; caller's contract).

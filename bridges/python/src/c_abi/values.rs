@@ -79,6 +79,12 @@ pub const RSDLPACK_CALL_REFUSE_WITHOUT_GIL: u32 = 2;
 /// (`copy=1`) is writable and is made where the target allows copies.
 pub const RSDLPACK_PLAN_WRITABLE_TYPE: u32 = 4;
 
+/// `flags` bit of `rsdlpack_py_share_into_with_flags`: `type` may be any object; one that is
+/// not a Python type gets an exporter, as from `rsdlpack_py_share`, to hand to it. So a caller
+/// that must not touch Python before the GIL check (Julia, whose `share(A, consumer)` takes
+/// types and functions alike) asks what `consumer` is only once the call has succeeded.
+pub const RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES: u32 = 8;
+
 /// `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
 pub const RSDLPACK_PLAN_ANY: i64 = -1;
 
