@@ -16,6 +16,9 @@ from rsdlpack_abi import ERROR_CODE_BUFFER, ERROR_CODE_INVALID, ERROR_CODE_PRODU
 from rsdlpack_ctypes import ACCESS_READ_ONLY, ELEMENT_CODES
 
 torch = pytest.importorskip("torch", reason="torch is in scripts/requirements.txt")
+if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+    pytest.skip("this torch has no torch.Tensor.__dlpack_c_exchange_api__ (test_calling_thread.py refuses a "
+                "type without it)", allow_module_level=True)
 
 
 def share_into(bridge, backing, dims, strides, into, root_id, **options):
