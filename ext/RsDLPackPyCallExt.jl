@@ -15,13 +15,16 @@ RsDLPack.from_dlpack(::Type{T}, o::PyObject; kwargs...) where {T<:AbstractArray}
     RsDLPack.import_dlpack(pointer_of, T, o; kwargs...)
 RsDLPack.from_dlpack(o::PyObject; kwargs...) = RsDLPack.from_dlpack(Array, o; kwargs...)
 
-# A Python type with the DLPack C exchange API gets its object made by the bridge.
-into(consumer::PyObject) = pyisinstance(consumer, pybuiltin("type")) &&
-                           hasproperty(consumer, "__dlpack_c_exchange_api__") ? pointer_of(consumer) : nothing
+# The bridge takes every Python consumer: a type gets its object made through its DLPack C
+# exchange API (a type without one is refused there, by name: calling the type is not DLPack),
+# anything else an exporter to call it with. No Python call comes before the bridge's (which
+# refuses off the GIL's thread); `is_type` comes after.
+into(consumer::PyObject) = pointer_of(consumer)
 into(::Type{PyObject}) = nothing
+is_type(consumer::PyObject) = pyisinstance(consumer, pybuiltin("type"))
 
 RsDLPack.share(A::AbstractArray, consumer::Union{PyObject,Type{PyObject}}; kwargs...) =
-    RsDLPack.share_array(object_of, call, A, consumer; into=into(consumer), kwargs...)
+    RsDLPack.share_array(object_of, call, is_type, A, consumer; into=into(consumer), kwargs...)
 
 # A stream handle kept as a PyObject (`pycall(f, PyObject, …)`, or a `PyObject` attribute); PyCall's
 # own property access converts Python ints to Julia integers already.

@@ -22,6 +22,32 @@ typedef struct _object PyObject;
 #endif
 
 /**
+ * `flags` bit of the `*_with_flags` entry points: when the calling thread does not hold the
+ * GIL, refuse (`RSDL_ERROR_CODE_INVALID`, saying to call from the thread that holds it) rather
+ * than wait for it. For callers whose Python thread may be waiting for the calling one (Julia:
+ * PyCall's and PythonCall's main thread holds the GIL for good), where waiting is a deadlock.
+ * Without it an entry point takes the GIL, waiting as long as another thread holds it (a C
+ * caller that released it on purpose, ctypes' `CDLL`).
+ */
+#define RSDLPACK_CALL_REFUSE_WITHOUT_GIL 2
+
+/**
+ * `flags` bit of `rsdlpack_py_import_plan_with_flags`: the result's type has no read-only
+ * form (Julia's typed `Array{T,N}` and `CuArray{T,N}`), so a view of read-only memory is
+ * refused (`RSDL_ERROR_CODE_BUFFER`) whatever `RsdlPlanOptions.readonly` accepts; a copy
+ * (`copy=1`) is writable and is made where the target allows copies.
+ */
+#define RSDLPACK_PLAN_WRITABLE_TYPE 4
+
+/**
+ * `flags` bit of `rsdlpack_py_share_into_with_flags`: `type` may be any object; one that is
+ * not a Python type gets an exporter, as from `rsdlpack_py_share`, to hand to it. So a caller
+ * that must not touch Python before the GIL check (Julia, whose `share(A, consumer)` takes
+ * types and functions alike) asks what `consumer` is only once the call has succeeded.
+ */
+#define RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES 8
+
+/**
  * `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
  */
 #define RSDLPACK_PLAN_ANY -1
@@ -518,6 +544,21 @@ int32_t rsdlpack_py_import_plan(PyObject *object,
                                 char **error_out);
 
 /**
+ * As `rsdlpack_py_import_plan`, with `flags` (a bitwise or of `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`
+ * and `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused with `RSDL_ERROR_CODE_INVALID`).
+ * A separate entry point, so that `RsdlPlanOptions` keeps its layout for existing callers.
+ *
+ * # Safety
+ * As `rsdlpack_py_import_plan`.
+ */
+int32_t rsdlpack_py_import_plan_with_flags(PyObject *object,
+                                           const struct RsdlImportOptions *import_options,
+                                           const struct RsdlPlanOptions *plan_options,
+                                           uint32_t flags,
+                                           struct RsdlImportResult *out,
+                                           char **error_out);
+
+/**
  * Copies the tensor behind `handle` into `bytes` bytes at `address` (a column-major array of
  * the plan's dims and element type, which the caller allocated), then releases the tensor,
  * even on error. The handle is consumed.
@@ -601,6 +642,18 @@ int32_t rsdlpack_py_share(const struct RsdlArrayExport *array,
                           char **error_out);
 
 /**
+ * As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` or 0; other bits
+ * are refused with `RSDL_ERROR_CODE_INVALID`, and nothing then refers to the root).
+ *
+ * # Safety
+ * As [`rsdlpack_py_share`].
+ */
+int32_t rsdlpack_py_share_with_flags(const struct RsdlArrayExport *array,
+                                     uint32_t flags,
+                                     struct RsdlShareResult *out,
+                                     char **error_out);
+
+/**
  * As [`rsdlpack_py_share`], but `*out`'s object is one of `type`, made by `type`'s DLPack C
  * exchange API (`__dlpack_c_exchange_api__`'s `managed_tensor_to_py_object_no_sync`, e.g.
  * `torch.Tensor`'s) with no Python call. Refused (nothing then refers to the root): a type
@@ -614,6 +667,20 @@ int32_t rsdlpack_py_share_into(const struct RsdlArrayExport *array,
                                PyObject *type,
                                struct RsdlShareResult *out,
                                char **error_out);
+
+/**
+ * As [`rsdlpack_py_share_into`], with `flags` as [`rsdlpack_py_share_with_flags`] takes them,
+ * and `RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES`: then a `type` that is not a Python type gets
+ * an exporter object, as from [`rsdlpack_py_share`] (instead of a refusal).
+ *
+ * # Safety
+ * As [`rsdlpack_py_share_into`].
+ */
+int32_t rsdlpack_py_share_into_with_flags(const struct RsdlArrayExport *array,
+                                          PyObject *type,
+                                          uint32_t flags,
+                                          struct RsdlShareResult *out,
+                                          char **error_out);
 
 /**
  * Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia
@@ -651,8 +718,9 @@ int32_t rsdlpack_py_import(PyObject *object,
                            char **error_out);
 
 /**
- * As `rsdlpack_py_import`, with `flags` (a bitwise or of `RSDLPACK_IMPORT_*`; unknown bits
- * are refused with `RSDL_ERROR_CODE_INVALID`). A separate entry point, so that
+ * As `rsdlpack_py_import`, with `flags` (a bitwise or of `RSDLPACK_IMPORT_*` and
+ * `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`; unknown bits are refused with
+ * `RSDL_ERROR_CODE_INVALID`). A separate entry point, so that
  * `RsdlImportOptions` keeps its layout for existing callers.
  *
  * # Safety
@@ -735,6 +803,18 @@ void rsdlpack_tensor_release(DLManagedTensorVersioned *tensor);
  * call it from a thread that may wait for Python and the GPU.
  */
 size_t rsdlpack_py_flush_releases(void);
+
+/**
+ * As [`rsdlpack_py_flush_releases`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` or 0;
+ * other bits are refused with `RSDL_ERROR_CODE_INVALID`) and a return code: how many releases
+ * ran is written to `*released_out` (when not null).
+ *
+ * # Safety
+ * `released_out` and `error_out` null or writable.
+ */
+int32_t rsdlpack_py_flush_releases_with_flags(uint32_t flags,
+                                              size_t *released_out,
+                                              char **error_out);
 
 /**
  * How many released tensors wait for a thread that holds the GIL.

@@ -6,6 +6,9 @@
 # constants typed as its C type, a #define as an Int.
 
 # #define
+const CALL_REFUSE_WITHOUT_GIL = 2
+const PLAN_WRITABLE_TYPE = 4
+const SHARE_EXPORTER_FOR_NON_TYPES = 8
 const PLAN_ANY = -1
 const RAW_CODE_BASE = 65536
 const MAX_NDIM = 32

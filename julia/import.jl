@@ -5,7 +5,7 @@
 
 """
     from_dlpack(Array, obj; copy=nothing, order=:producer, readonly=false)
-    from_dlpack(Array{T,N}, obj; copy=nothing, order=:producer)
+    from_dlpack(Array{T,N}, obj; copy=nothing, order=:producer, readonly=false)
     from_dlpack(ReadOnlyArray{T,N}, obj; copy=nothing, order=:producer)
     from_dlpack(obj; kwargs...)  # same as from_dlpack(Array, obj; kwargs...)
 
@@ -20,7 +20,13 @@ PythonCall `Py`) as a Julia array over the same memory.
 - `copy=nothing` copies only when no view exists (zero strides, overlapping strides);
   `copy=false` throws a `DLPackError` then; `copy=true` always returns a fresh `Array`.
 - A tensor the producer marked read-only throws a `DLPackError` unless `readonly=true`, which
-  returns a [`ReadOnlyArray`](@ref), or `copy=true`.
+  returns a [`ReadOnlyArray`](@ref), or `copy=true`. A target type that is always writable
+  (`Array{T,N}`, `Matrix`, `CuArray{T,N}`) throws for it even with `readonly=true`: ask for
+  `ReadOnlyArray{T,N}`, the untyped `Array`, or `copy=true` (on the host).
+- Call from the thread that holds Python's GIL (under PyCall and PythonCall, Julia's main
+  thread, or after `PythonCall.GIL.lock` on PythonCall 0.9.22 and later): from any other thread
+  this throws a `DLPackError` at once instead of waiting for the GIL (a wait that would deadlock
+  if the GIL's thread waits for this one).
 
 Result types:
 - `from_dlpack(Array, obj)` (untyped) returns what the strides allow without copying: an
@@ -30,6 +36,9 @@ Result types:
   code infers: zero-copy when the tensor is dense in the chosen order (a row-major tensor with
   `order=:reversed`, a column-major one with `order=:producer`), else a copy (`copy=false`
   throws instead). A different element type or rank throws a `DLPackError` naming both.
+- `from_dlpack(Matrix, obj)`, `Vector`, `Array{T}` (a rank or an element type named, not both)
+  likewise return a plain `Array` (a `Matrix` for `Matrix`), by the same rules, of the
+  tensor's element type or rank.
 - `from_dlpack(ReadOnlyArray{T,N}, obj)` likewise always returns
   `ReadOnlyArray{T,N,Array{T,N}}`, sharing read-only memory too.
 - Element types DLPack has and Julia does not (fp8, fp6, fp4) arrive as
@@ -58,15 +67,29 @@ is_typed(::Type{Array{T,N}}) where {T,N} = true
 is_typed(::Type{<:ReadOnlyArray{T,N}}) where {T,N} = true
 is_typed(::Type) = false
 
+# `Matrix`, `Vector`, `Array{T}`: a plain `Array` as well, of the tensor's element type or rank
+# (only `Array` itself, naming neither, takes whatever layout the strides allow).
+is_plain(::Type{A}) where {A} = is_typed(A) || (A <: Array && A != Array)
+
+# The core refuses read-only views for a result type that cannot be read-only (it is told so);
+# the untyped forms and ReadOnlyArray targets wrap them read-only.
+writable_type(::Type{A}) where {A} = is_plain(A) && !(A <: ReadOnlyArray)
+
 function plan_options(::Type{A}, copy, order::Symbol, readonly::Bool) where {A}
     return PlanOptions(requested_element(A), requested_rank(A), plan_target(A),
                        index_order_code(order), copy_code(copy),
                        readonly ? ACCESS_READ_ONLY : ACCESS_WRITABLE,
-                       is_typed(A) ? DENSE_REQUIRED : DENSE_ANY_LAYOUT, 0)
+                       is_plain(A) ? DENSE_REQUIRED : DENSE_ANY_LAYOUT, 0)
 end
 
+# Every call refuses to wait for the GIL (see `from_dlpack`).
+plan_flags(::Type{A}) where {A} =
+    UInt32(CALL_REFUSE_WITHOUT_GIL) | (writable_type(A) ? UInt32(PLAN_WRITABLE_TYPE) : UInt32(0))
+
 "The Julia array for a planned import, for a target array type."
-wrap_imported(::Type{<:Array}, plan, owner) = host_array(plan, owner)
+wrap_imported(::Type{A}, plan, owner) where {A<:Array} =
+    is_plain(A) ? dense_array(element_type(plan.element_code), Val(Int(plan.ndims)), plan, owner) :
+    host_array(plan, owner)
 wrap_imported(::Type{Array{T,N}}, plan, owner) where {T,N} = dense_array(T, Val(N), plan, owner)
 wrap_imported(::Type{<:ReadOnlyArray}, plan, owner) = ReadOnlyArray(host_array(plan, owner))
 wrap_imported(::Type{<:ReadOnlyArray{T,N}}, plan, owner) where {T,N} =
@@ -80,13 +103,10 @@ The shared import path: one call into the bridge, then the array is composed her
 """
 function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=nothing,
                        order::Symbol=:producer, readonly::Bool=false) where {A}
-    is_typed(A) && A <: Array && readonly && throw(ArgumentError(
-        "from_dlpack($A, …; readonly=true): a typed Array is writable; ask for " *
-        "ReadOnlyArray{$(eltype(A)),$(ndims(A))} to share read-only memory"))
     # Every argument is checked before the tensor exists.
     request = plan_options(A, copy, order, readonly || A <: ReadOnlyArray)
     options = import_options(A, copy)
-    plan = GC.@preserve obj python_import_plan(pointer_of(obj), options, request)
+    plan = GC.@preserve obj python_import_plan(pointer_of(obj), options, request, plan_flags(A))
     owner = TensorOwner(plan.tensor)
     result = try
         wrap_imported(A, plan, owner)
@@ -94,9 +114,10 @@ function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=not
         release_now!(owner)  # nothing wraps the tensor: release it now, not at GC
         rethrow()
     end
-    # Typed forms and ReadOnlyArray targets are what was asked for already (wrapping a
-    # ReadOnlyArray again would give a result `share` cannot export); otherwise a view of memory
-    # the producer marked read-only stays read-only.
-    (is_typed(A) || A <: ReadOnlyArray) && return result
+    # Plain forms and ReadOnlyArray targets are what was asked for already (wrapping a
+    # ReadOnlyArray again would give a result `share` cannot export; the core refused read-only
+    # memory for the others); otherwise a view of memory the producer marked read-only stays
+    # read-only.
+    (is_plain(A) || A <: ReadOnlyArray) && return result
     return readonly && plan.read_only != 0 ? ReadOnlyArray(result) : result
 end

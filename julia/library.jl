@@ -80,8 +80,13 @@ function tracked_native_library()
     return path
 end
 
-"Path of the Python bridge (bridges/python): loaded only by the PyCall/PythonCall extensions."
-python_library_path() = library_path("RSDLPACK_PYTHON_LIB", "python_bridge")
+"""
+Path of the Python bridge (bridges/python): loaded only by the PyCall/PythonCall extensions.
+Absolute, as the jlrs bridge's is: `dlopen` searches the loader's path for a name without a
+slash, so a bare `RSDLPACK_PYTHON_LIB=librsdlpack_python.so` that `isfile` found in the
+working directory would load another library, or none.
+"""
+python_library_path() = abspath(library_path("RSDLPACK_PYTHON_LIB", "python_bridge"))
 
 """
     RsDLPack.set_library_paths!(; julia_bridge=nothing, python_bridge=nothing)

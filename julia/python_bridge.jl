@@ -1,7 +1,9 @@
 # The Python bridge's C entry points (bridges/python/src/c_abi/), over raw PyObject pointers.
 # Both Python extensions (PyCall, PythonCall) go through these few functions, so the protocol
 # lives in one place; the extensions only convert their object types to and from pointers.
-# Must be called on the thread that may call Python (PyCall/PythonCall: the main thread).
+# Must be called on the thread that holds the GIL (PyCall/PythonCall: the main thread): each
+# call passes CALL_REFUSE_WITHOUT_GIL, so that from any other thread it throws at once instead
+# of waiting for the GIL, which the main thread may never release while it waits for us.
 
 "Mirror of `RsdlImportOptions`: `has_*` say whether the next field carries a request."
 struct ImportOptions
@@ -117,9 +119,9 @@ function load_python_bridge!()
                                            "has a $expected-byte $(nameof(S)), this package a $(sizeof(S))-byte one; ",
                                            "rebuild it (`Pkg.build(\"RsDLPack\")`)")
         end
-        IMPORT_PLAN[] = Libdl.dlsym(library, :rsdlpack_py_import_plan)
-        SHARE[] = Libdl.dlsym(library, :rsdlpack_py_share)
-        SHARE_INTO[] = Libdl.dlsym(library, :rsdlpack_py_share_into)
+        IMPORT_PLAN[] = Libdl.dlsym(library, :rsdlpack_py_import_plan_with_flags)
+        SHARE[] = Libdl.dlsym(library, :rsdlpack_py_share_with_flags)
+        SHARE_INTO[] = Libdl.dlsym(library, :rsdlpack_py_share_into_with_flags)
         RELEASE_AFTER[] = Libdl.dlsym(library, :rsdlpack_imported_release_after)
         RELEASE_LATER[] = Libdl.dlsym(library, :rsdlpack_imported_release_later)
         KEEP_STREAM_ALIVE[] = Libdl.dlsym(library, :rsdlpack_imported_keep_stream_alive)
@@ -143,19 +145,21 @@ function bridge_error(code::Integer, message::Ptr{UInt8})
 end
 
 """
-    python_import_plan(object_pointer, options, plan_options) -> ArrayPlan
+    python_import_plan(object_pointer, options, plan_options, flags) -> ArrayPlan
 
 One call: `__dlpack__` negotiation on a borrowed `PyObject*`, validation and the layout plan
-for the array `plan_options` describes. The plan's `tensor` (views and copies) is an owned
-handle: give it to a `TensorOwner` at once.
+for the array `plan_options` and `flags` (`CALL_REFUSE_WITHOUT_GIL`, `PLAN_WRITABLE_TYPE`)
+describe. The plan's `tensor` (views and copies) is an owned handle: give it to a
+`TensorOwner` at once.
 """
-function python_import_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_options::PlanOptions)
-    IMPORT_PLAN[] == C_NULL && python_symbol(:rsdlpack_py_import_plan)  # throws: not loaded
+function python_import_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_options::PlanOptions,
+                            flags::UInt32)
+    IMPORT_PLAN[] == C_NULL && python_symbol(:rsdlpack_py_import_plan_with_flags)  # throws: not loaded
     result = Ref{ImportResult}()
     message = Ref{Ptr{UInt8}}(C_NULL)
     code = ccall(IMPORT_PLAN[], Int32,
-                 (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, Ref{ImportResult}, Ref{Ptr{UInt8}}),
-                 object, options, plan_options, result, message)
+                 (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{ImportResult}, Ref{Ptr{UInt8}}),
+                 object, options, plan_options, flags, result, message)
     code == 0 || throw(bridge_error(code, message[]))
     result[].released_roots == 0 || unroot_released!()
     return result[].plan
@@ -169,27 +173,28 @@ returns a new reference to a Python object with `__dlpack__`. On error nothing r
 root any more.
 """
 function python_share(array::ArrayExport)
-    SHARE[] == C_NULL && python_symbol(:rsdlpack_py_share)  # throws: not loaded
+    SHARE[] == C_NULL && python_symbol(:rsdlpack_py_share_with_flags)  # throws: not loaded
     result = Ref{ShareResult}()
     message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(SHARE[], Int32, (Ref{ArrayExport}, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-                 array, result, message)
+    code = ccall(SHARE[], Int32, (Ref{ArrayExport}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
+                 array, UInt32(CALL_REFUSE_WITHOUT_GIL), result, message)
     return shared_object(code, result, message)
 end
 
 """
     python_share_into(array_export, type_pointer) -> Ptr{Cvoid}
 
-As `python_share`, but the new reference is an object of the Python type at `type_pointer`
-(borrowed), made by that type's DLPack C exchange API (`managed_tensor_to_py_object_no_sync`).
+As `python_share`, but when `type_pointer` (borrowed) is a Python type the new reference is
+an object of it, made by that type's DLPack C exchange API (`managed_tensor_to_py_object_no_sync`;
+a type without one is refused); for any other object, an exporter as from `python_share`.
 """
 function python_share_into(array::ArrayExport, type::Ptr{Cvoid})
-    SHARE_INTO[] == C_NULL && python_symbol(:rsdlpack_py_share_into)  # throws: not loaded
+    SHARE_INTO[] == C_NULL && python_symbol(:rsdlpack_py_share_into_with_flags)  # throws: not loaded
     result = Ref{ShareResult}()
     message = Ref{Ptr{UInt8}}(C_NULL)
     code = ccall(SHARE_INTO[], Int32,
-                 (Ref{ArrayExport}, Ptr{Cvoid}, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-                 array, type, result, message)
+                 (Ref{ArrayExport}, Ptr{Cvoid}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
+                 array, type, UInt32(CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES), result, message)
     return shared_object(code, result, message)
 end
 
@@ -276,12 +281,18 @@ Runs the deleters of Python-produced tensors whose release was queued (garbage-c
 arrays: finalizers only queue, and the next RsDLPack call on the Python thread drains the
 queue anyway, except CUDA tensors whose import stream's work is still running, which this waits
 for), and unroots Julia arrays whose exported tensors were released. Call it from the thread
-that runs Python. Returns how many Python releases ran.
+that holds the GIL: from another it throws a `DLPackError` at once (after the unrooting)
+rather than wait for the GIL. Returns how many Python releases ran.
 """
 function flush_releases()
     unroot_released!()
     PYTHON_BRIDGE[] == C_NULL && return 0
-    return Int(ccall(python_symbol(:rsdlpack_py_flush_releases), Csize_t, ()))
+    released = Ref{Csize_t}(0)
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = ccall(python_symbol(:rsdlpack_py_flush_releases_with_flags), Int32,
+                 (UInt32, Ref{Csize_t}, Ref{Ptr{UInt8}}), UInt32(CALL_REFUSE_WITHOUT_GIL), released, message)
+    code == 0 || throw(bridge_error(code, message[]))
+    return Int(released[])
 end
 
 "How many released Python-produced tensors wait for their deleters (see `flush_releases`)."

@@ -45,7 +45,12 @@ Hands the array `A` to the Python callable `consumer` (e.g. `torch.from_dlpack`,
 (`__dlpack_c_exchange_api__`, e.g. `torch.Tensor`): the result is then an object of that type,
 made by the type's own C function in the same call into RsDLPack, with no Python-level
 `__dlpack__` round trip. A read-only array cannot be shared this way (torch's tensors are
-always writable): share it with a function, which sees DLPack's READ_ONLY flag.
+always writable): share it with a function, which sees DLPack's READ_ONLY flag. A Python type
+without that API (torch before it had one, `numpy.ndarray`) throws a `DLPackError(:buffer)`
+naming it: share with its consumer function instead (`torch.from_dlpack`).
+
+Call from the thread that holds Python's GIL, as for `from_dlpack`: from another thread this
+throws a `DLPackError` at once.
 
 `A` may be an `Array`, a strided view (`view` with ranges, including negative steps), a
 `PermutedDimsArray` of one, or a [`ReadOnlyArray`](@ref) (exported with DLPack's READ_ONLY
@@ -74,15 +79,16 @@ is_strided(A::AbstractArray) = A isa StridedArray
 is_strided(A::PermutedDimsArray) = is_strided(parent(A))
 
 """
-    share_array(to_python, call, A, consumer; order, into=nothing)
+    share_array(to_python, call, is_type, A, consumer; order, into=nothing)
 
 The shared export path: `to_python(pointer)` wraps a new reference as the extension's object
 type; `call(consumer, exporter)` calls the consumer without converting its result (or, when
 `consumer` is that type itself, the exporter is returned). With `into` (the borrowed
-`PyObject*` of `consumer`, a type offering the C exchange API) the bridge makes that type's
-object itself.
+`PyObject*` of a Python `consumer`) the bridge makes a type's object itself, through its C
+exchange API, and an exporter for anything else; `is_type(consumer)` says which it was, asked
+only after the bridge's answer (which proves that this thread holds the GIL).
 """
-function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=:producer,
+function share_array(to_python, call, is_type, A::AbstractArray, consumer; order::Symbol=:producer,
                      into::Union{Nothing,Ptr{Cvoid}}=nothing)
     readonly = A isa ReadOnlyArray
     B = readonly ? parent(A) : A
@@ -103,5 +109,5 @@ function share_array(to_python, call, A::AbstractArray, consumer; order::Symbol=
         into === nothing ? python_share(array) : python_share_into(array, into)
     end
     object = to_python(shared)
-    return consumer isa Type || into !== nothing ? object : call(consumer, object)
+    return consumer isa Type || (into !== nothing && is_type(consumer)) ? object : call(consumer, object)
 end

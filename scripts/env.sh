@@ -24,9 +24,12 @@ export PYTHONPATH
 # Built in its own target dir, since the environment variable changes pyo3's build; under
 # CARGO_TARGET_DIR when that is set, like every other cargo step.
 EXT_TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/ext"
-# Built as deps/build.jl builds it (no interpreter needed: abi3).
+# Built as deps/build.jl builds it (no interpreter needed: abi3). Extra arguments go to cargo
+# (scripts/gpu_check.sh: `--features unordered-releases-for-tests`, into its own target dir).
 build_python_bridge() {
+    local target="$EXT_TARGET"
+    if [ $# -gt 0 ]; then target="$EXT_TARGET-features"; fi
     env -u PYO3_PYTHON PYO3_NO_PYTHON=1 PYO3_BUILD_EXTENSION_MODULE=1 \
-        cargo build --release --quiet -p rsdlpack-python --target-dir "$EXT_TARGET"
-    export RSDLPACK_PYTHON_LIB="$EXT_TARGET/release/librsdlpack_python.so"
+        cargo build --release --quiet -p rsdlpack-python --target-dir "$target" "$@"
+    export RSDLPACK_PYTHON_LIB="$target/release/librsdlpack_python.so"
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prepares the GPU run in test/gpu/lib/ (git-ignored):
 #   - librsdlpack_python.so: the Python bridge (release, no libpython link), driven by
-#     test/gpu/check_gpu.py through ctypes;
+#     test/gpu/check_gpu.py through ctypes; built with the unordered-releases-for-tests feature,
+#     which its negative release check needs (RSDLPACK_TEST_UNORDERED_RELEASES=1; shipped
+#     builds ignore the variable);
 #   - rust/: the core's (-p rsdlpack) test executables. Their GPU tests are
 #     #[ignore = "needs a CUDA driver"] here and run there with --ignored. The Python bridge's
 #     test executables are not staged: they embed this machine's libpython.
@@ -12,7 +14,7 @@
 # cargo names a workspace's artefacts alike in every checkout, so it could stage another's.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
-build_python_bridge
+build_python_bridge --features unordered-releases-for-tests
 STAGE=test/gpu/lib
 rm -rf "$STAGE"
 mkdir -p "$STAGE/rust"

@@ -162,6 +162,13 @@ pub enum Error {
     ReadOnly,
 
     #[error(
+        "the tensor is read-only and the requested array type has no read-only form (a typed \
+         Array{{T,N}} or CuArray{{T,N}} is always writable); ask for ReadOnlyArray{{T,N}}, for the \
+         untyped form with readonly=true, or for a copy (copy=true)"
+    )]
+    ReadOnlyIntoWritableType,
+
+    #[error(
         "the tensor is on device {} (type {}, id {}), which {target} cannot hold; import host \
          memory into an Array and CUDA memory into a CuArray, or ask the producer for \
          dl_device=(CPU, 0)", device_name(.device), .device.device_type.0, .device.device_id
@@ -368,6 +375,7 @@ impl Error {
             | Self::UnknownDeviceType { .. }
             | Self::CopyRequired { .. }
             | Self::ReadOnly
+            | Self::ReadOnlyIntoWritableType
             | Self::LegacyCannotCarry { .. }
             | Self::VersionTooOld { .. }
             | Self::ExportDevice { .. }
@@ -488,6 +496,7 @@ mod tests {
                 BufferRefusal,
             ),
             (Error::ReadOnly, BufferRefusal),
+            (Error::ReadOnlyIntoWritableType, BufferRefusal),
             (
                 Error::LegacyCannotCarry {
                     flag: "READ_ONLY",

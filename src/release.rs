@@ -38,9 +38,10 @@
 //! without a driver, where no device work can exist, does nothing wait. A leaked tensor would
 //! hold the producer's memory (and a Python object) for the rest of the process.
 //!
-//! For the GPU check only: with `RSDLPACK_TEST_UNORDERED_RELEASES=1` in the environment (read
-//! once per process) releases record no fence, so that the check can show the corruption it
-//! guards against with the very library it ships (test/gpu/check_gpu.py).
+//! For the GPU check only: in a build with the `unordered-releases-for-tests` feature
+//! (scripts/gpu_check.sh's; never a shipped one), `RSDLPACK_TEST_UNORDERED_RELEASES=1` in the
+//! environment (read once per process) makes releases record no fence, so that the check can
+//! show the corruption it guards against (test/gpu/check_gpu.py).
 
 use crate::cuda::context::HeldContext;
 use crate::cuda::fence::{FenceStream, ReleaseFence};
@@ -48,17 +49,25 @@ use crate::descriptor::TensorDescriptor;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::managed::ManagedTensor;
+#[cfg(feature = "unordered-releases-for-tests")]
 use std::sync::OnceLock;
 
 /// The environment variable that turns release ordering off, for the GPU check's negative case.
 pub const UNORDERED_RELEASES_FOR_TESTS: &str = "RSDLPACK_TEST_UNORDERED_RELEASES";
 
-/// Whether [`UNORDERED_RELEASES_FOR_TESTS`] is set to 1 (read once).
+/// Whether [`UNORDERED_RELEASES_FOR_TESTS`] is set to 1 (read once), in a build with the
+/// `unordered-releases-for-tests` feature; never otherwise.
+#[cfg(feature = "unordered-releases-for-tests")]
 fn ordering_disabled() -> bool {
     static DISABLED: OnceLock<bool> = OnceLock::new();
     *DISABLED.get_or_init(|| {
         std::env::var_os(UNORDERED_RELEASES_FOR_TESTS).is_some_and(|value| value == "1")
     })
+}
+
+#[cfg(not(feature = "unordered-releases-for-tests"))]
+fn ordering_disabled() -> bool {
+    false
 }
 
 /// The CUDA device whose streams can use `descriptor`'s memory, or `None` when no device

@@ -8,8 +8,8 @@
 using Test: @test, @testset, @test_skip
 using CUDA: CuArray
 using CUDA: CUDA, CuStream
-using PythonCall: Py, PyException, pyconvert, pyimport, pylist
-using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError
+using PythonCall: Py, PyException, pyconvert, pyhasattr, pyimport, pylist
+using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError, ReadOnlyArray
 
 "Whether torch imports and sees a GPU (false when torch is not installed)."
 function has_torch_cuda()
@@ -93,6 +93,22 @@ else
             err = try from_dlpack(CuArray{Float64,2}, t); nothing catch e; e end
             @test err isa DLPackError && occursin("not the requested Float64", err.message)
             RsDLPack.unsafe_free!(R)
+            # A read-only tensor: CuArray{T,N} has no read-only form, so even readonly=true
+            # throws (the core decides), and copy=true is refused (no device copies); the
+            # untyped form wraps it read-only.
+            dlpack = pyimport("torch.utils.dlpack")
+            if pyhasattr(dlpack, "ReadOnlyTensorWrapper")
+                ro = dlpack.ReadOnlyTensorWrapper(torch.arange(4, dtype=torch.float32, device="cuda"))
+                err = try from_dlpack(CuArray{Float32,1}, ro; readonly=true); nothing catch e; e end
+                @test err isa DLPackError && err.kind == :buffer && occursin("no read-only form", err.message)
+                err = try from_dlpack(CuArray{Float32,1}, ro; readonly=true, copy=true); nothing catch e; e end
+                @test err isa DLPackError && err.kind == :buffer
+                U = from_dlpack(CuArray, ro; readonly=true)
+                @test U isa ReadOnlyArray && size(U) == (4,)
+                RsDLPack.unsafe_free!(U)
+            else
+                @test_skip "this torch has no torch.utils.dlpack.ReadOnlyTensorWrapper"
+            end
         end
         @testset "share a CuArray with torch" begin
             M = CuArray(Float32.(reshape(1:6, 2, 3)))

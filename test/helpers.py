@@ -92,6 +92,34 @@ def torch_tensor_type():
     return torch.Tensor
 
 
+def has_exchange_api(tp):
+    """Whether a type offers the DLPack C exchange API (torch from the release that has it)."""
+    return getattr(tp, "__dlpack_c_exchange_api__", None) is not None
+
+
+def torch_read_only(a):
+    """A torch tensor over a NumPy array, exported read-only, or None where torch cannot."""
+    import torch
+    import torch.utils.dlpack as dlpack
+
+    wrapper = getattr(dlpack, "ReadOnlyTensorWrapper", None)
+    return None if wrapper is None else wrapper(torch.from_numpy(a))
+
+
+def is_none(x):
+    return x is None
+
+
+def plain_type():
+    """A Python type without the DLPack C exchange API, whose constructor must not be called."""
+
+    class Consumer:
+        def __init__(self, *args):
+            raise AssertionError("share must not call the type")
+
+    return Consumer
+
+
 def collect_garbage():
     import gc
 

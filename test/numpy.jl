@@ -82,11 +82,42 @@ end
     @test err isa DLPackError && occursin("2 dimensions, not the requested 3", err.message)
     err = try from_dlpack(Array{Float32,2}, a; copy=false); nothing catch e; e end
     @test err isa DLPackError && err.kind == :buffer && occursin("dense array", err.message)
-    @test_throws ArgumentError from_dlpack(Array{Float32,2}, a; readonly=true)
+    # readonly=true accepts read-only memory; a writable tensor is viewed as ever.
+    W = @inferred from_dlpack(Array{Float32,2}, a; order=:reversed, readonly=true)
+    @test W isa Matrix{Float32} && UInt(pointer(W)) == address(a)
     ro = py("read_only", make("np.arange(4.0)"))
     RO = @inferred from_dlpack(ReadOnlyArray{Float64,1}, ro)
     @test RO isa ReadOnlyArray{Float64,1,Vector{Float64}} && RO == [0.0, 1.0, 2.0, 3.0]
     @test UInt(pointer(parent(RO))) == address(ro)
+    # A type with no read-only form refuses read-only memory, readonly=true or not (the core
+    # decides: the plan says the result must be writable), unless copied.
+    for readonly in (false, true)
+        err = try from_dlpack(Array{Float64,1}, ro; readonly); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("no read-only form", err.message)
+        err = try from_dlpack(Vector, ro; readonly); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("no read-only form", err.message)
+    end
+    C = from_dlpack(Array{Float64,1}, ro; readonly=true, copy=true)
+    @test C isa Vector{Float64} && C == [0.0, 1.0, 2.0, 3.0] && UInt(pointer(C)) != address(ro)
+end
+
+@testset "rank-only and element-only forms are plain Arrays" begin
+    a = make("np.arange(12, dtype=np.float32).reshape(3, 4)")
+    # Row-major in the producer's order: a PermutedDimsArray untyped, a Matrix (copied) here.
+    @test from_dlpack(Array, a) isa PermutedDimsArray
+    M = from_dlpack(Matrix, a)
+    @test M isa Matrix{Float32} && M == expected(a, Float32) && UInt(pointer(M)) != address(a)
+    R = from_dlpack(Matrix, a; order=:reversed)
+    @test R isa Matrix{Float32} && UInt(pointer(R)) == address(a)
+    s = make("np.arange(20.0)[::2]")
+    V = from_dlpack(Vector, s)
+    @test V isa Vector{Float64} && V == expected(s, Float64)
+    F = from_dlpack(Array{Float32}, a)
+    @test F isa Matrix{Float32} && F == expected(a, Float32)
+    err = try from_dlpack(Vector, a); nothing catch e; e end
+    @test err isa DLPackError && occursin("2 dimensions, not the requested 1", err.message)
+    err = try from_dlpack(Matrix, a; copy=false); nothing catch e; e end
+    @test err isa DLPackError && err.kind == :buffer && occursin("dense array", err.message)
 end
 
 @testset "read-only tensors" begin

@@ -30,6 +30,18 @@ end
     @test RsDLPack.scratch_dir() == RsDLPack.SCRATCH_DIR[]
 end
 
+@testset "the Python bridge's path is absolute, from a bare name too" begin
+    path = RsDLPack.python_library_path()
+    @test isabspath(path) && isfile(path)
+    # `isfile` finds a bare name in the working directory, where `dlopen` would not look.
+    cd(dirname(path)) do
+        withenv("RSDLPACK_PYTHON_LIB" => basename(path)) do
+            bare = RsDLPack.python_library_path()
+            @test isabspath(bare) && realpath(bare) == realpath(path)
+        end
+    end
+end
+
 @testset "unsafe_cuda_stream without CUDA says what it needs" begin
     err = try unsafe_cuda_stream(UInt(12345)); nothing catch e; e end
     @test err isa ArgumentError && occursin("using CUDA", err.msg)

@@ -8,6 +8,17 @@
     return GC.@preserve B refcount(a)
 end
 
+"What `f()` threw (or `:returned`), unless this task runs on `thread` (then `nothing`)."
+function thrown_off_thread(f, thread)
+    Threads.threadid() == thread && return nothing
+    return try
+        f()
+        :returned
+    catch e
+        e
+    end
+end
+
 "Releases `A` unless this task runs on `thread`; returns whether it did."
 function release_off_thread(A, thread)
     Threads.threadid() == thread && return false
@@ -55,4 +66,32 @@ end
         @test_skip "no spawned task ran off the Python thread (julia --threads=$(Threads.nthreads()))"
         RsDLPack.unsafe_free!(A)
     end
+end
+
+@testset "calls off the Python thread throw instead of waiting for the GIL" begin
+    # This thread holds the GIL for good: a spawned task's call that waited for it would hang
+    # the `fetch` below. Each call throws at once instead, before it touches Python.
+    python_thread = Threads.threadid()
+    a = make("np.arange(3.0)")
+    consumer = fn("np_from_dlpack")
+    M = zeros(2)
+    before, rooted = refcount(a), RsDLPack.rooted_count()
+    calls = (("from_dlpack", () -> from_dlpack(a)), ("share", () -> share(M, consumer)),
+             ("flush_releases", flush_releases))
+    for (name, call) in calls
+        thrown = nothing
+        for _ in 1:(Threads.nthreads() > 1 ? 100 : 0)  # one thread (PyCall's process): nowhere else to go
+            thrown = fetch(Threads.@spawn thrown_off_thread(call, python_thread))
+            thrown === nothing || break
+        end
+        if thrown === nothing
+            @test_skip "$name: no spawned task ran off the Python thread (julia --threads=$(Threads.nthreads()))"
+        else
+            @test thrown isa DLPackError && thrown.kind == :invalid
+            @test occursin("does not hold Python's GIL", thrown.message) &&
+                  occursin("PythonCall.GIL.lock", thrown.message)
+        end
+    end
+    flush_releases()
+    @test refcount(a) == before && RsDLPack.rooted_count() == rooted
 end

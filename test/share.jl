@@ -31,6 +31,15 @@
     @test err isa DLPackError && err.kind == :buffer
     err = try share(["a"], fn("np_from_dlpack")); nothing catch e; e end
     @test err isa DLPackError && occursin("String", err.message)
+    # A Python type without the DLPack C exchange API is refused by name, never called.
+    rooted = RsDLPack.rooted_count()
+    for (consumer, name) in ((py("plain_type"), "Consumer"), (make("np.ndarray"), "numpy.ndarray"))
+        err = try share(M, consumer); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer
+        @test occursin("cannot share into the type", err.message) && occursin(name, err.message) &&
+              occursin("torch.from_dlpack", err.message)
+    end
+    @test RsDLPack.rooted_count() <= rooted  # the refused shares' roots were dropped
 end
 
 @testset "round trip keeps the address" begin

@@ -82,8 +82,19 @@ impl CopyPolicy {
 /// Whether the caller will write to the array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
+    /// A writable array: a view of read-only memory is refused ([`Error::ReadOnly`]: import it
+    /// read-only, or copy).
+    ///
+    /// [`Error::ReadOnly`]: crate::Error::ReadOnly
     Writable,
+    /// Read-only memory may be viewed: the caller marks the result read-only.
     ReadOnly,
+    /// The result's type has no read-only form (Julia's typed `Array{T,N}` and `CuArray{T,N}`),
+    /// whatever the caller would accept: a view of read-only memory is refused
+    /// ([`Error::ReadOnlyIntoWritableType`]), a copy (`copy=true`) is not.
+    ///
+    /// [`Error::ReadOnlyIntoWritableType`]: crate::Error::ReadOnlyIntoWritableType
+    WritableType,
 }
 
 /// One range of a `view`, in Julia's 1-based terms.

@@ -97,8 +97,12 @@ pub fn decide(
     }
     // A copy is always writable; a view of read-only memory only for a caller who accepts it.
     let shares_read_only = decision == Decision::View && descriptor.read_only();
-    if shares_read_only && request.access == Access::Writable {
-        return Err(Error::ReadOnly);
+    if shares_read_only {
+        match request.access {
+            Access::ReadOnly => {}
+            Access::Writable => return Err(Error::ReadOnly),
+            Access::WritableType => return Err(Error::ReadOnlyIntoWritableType),
+        }
     }
     let dl_device = device.to_dlpack();
     out.tensor = std::ptr::null_mut();

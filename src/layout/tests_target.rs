@@ -267,3 +267,47 @@ fn the_flat_plan_of_copies_and_empties_has_dims_only() {
     );
     assert_eq!(std::mem::align_of::<ArrayPlan>(), 8);
 }
+
+#[test]
+fn a_writable_type_refuses_read_only_memory_on_either_target_unless_copied() {
+    // Julia's typed `Array{T,N}` / `CuArray{T,N}` with `readonly=true`: the caller accepts
+    // read-only memory, the result's type cannot carry it.
+    for (kind, target) in [
+        (DeviceKind::Cpu, Target::HostArray),
+        (DeviceKind::Cuda, Target::CudaArray),
+    ] {
+        let column_major = on(kind, &[2, 3], &[1, 2]);
+        let request = ArrayRequest {
+            access: Access::WritableType,
+            target,
+            ..typed(IndexOrder::Producer, CopyPolicy::IfNeeded)
+        };
+        let read_only = column_major.with_read_only(true);
+        let refused = plan_for(&read_only, &request);
+        assert!(
+            matches!(refused, Err(Error::ReadOnlyIntoWritableType)),
+            "{target:?}: {refused:?}"
+        );
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("ReadOnlyArray{T,N}") && message.contains("copy=true"));
+        // Writable memory is viewed as usual.
+        assert!(matches!(
+            plan_for(&column_major, &request),
+            Ok(LayoutPlan::View(_))
+        ));
+        // copy=true: a host copy, or the refusal of a device copy (never a read-only view).
+        let copied = plan_for(
+            &read_only,
+            &ArrayRequest {
+                policy: CopyPolicy::Always,
+                ..request
+            },
+        );
+        match target {
+            Target::HostArray => assert!(matches!(copied, Ok(LayoutPlan::Copy { .. }))),
+            Target::CudaArray => {
+                assert!(matches!(copied, Err(Error::DeviceCopyUnavailable { .. })))
+            }
+        }
+    }
+}

@@ -6,6 +6,9 @@ The C ABI's constants, named as the header names them without RSDL_/RSDLPACK_.
 """
 
 # #define
+CALL_REFUSE_WITHOUT_GIL = 2
+PLAN_WRITABLE_TYPE = 4
+SHARE_EXPORTER_FOR_NON_TYPES = 8
 PLAN_ANY = -1
 RAW_CODE_BASE = 65536
 MAX_NDIM = 32

@@ -285,6 +285,14 @@ class Bridge:
         lib.rsdlpack_py_share.restype = ctypes.c_int32
         lib.rsdlpack_py_share_into.argtypes = [ctypes.POINTER(ArrayExport), ctypes.py_object, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_share_into.restype = ctypes.c_int32
+        lib.rsdlpack_py_import_plan_with_flags.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(PlanOptions), ctypes.c_uint32, ctypes.POINTER(ImportResult), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_import_plan_with_flags.restype = ctypes.c_int32
+        lib.rsdlpack_py_share_with_flags.argtypes = [ctypes.POINTER(ArrayExport), ctypes.c_uint32, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_share_with_flags.restype = ctypes.c_int32
+        lib.rsdlpack_py_share_into_with_flags.argtypes = [ctypes.POINTER(ArrayExport), ctypes.py_object, ctypes.c_uint32, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_share_into_with_flags.restype = ctypes.c_int32
+        lib.rsdlpack_py_flush_releases_with_flags.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_flush_releases_with_flags.restype = ctypes.c_int32
         lib.rsdlpack_py_take_released_roots.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
         lib.rsdlpack_py_take_released_roots.restype = ctypes.c_size_t
 
@@ -314,13 +322,18 @@ class Bridge:
             return None, (code, self._message(error))
         return adopt(out.value), None
 
-    def import_plan(self, obj, plan_options=None, options=None):
-        """(ImportResult, None) or (None, (code, message))."""
+    def import_plan(self, obj, plan_options=None, options=None, flags=None):
+        """(ImportResult, None) or (None, (code, message)); with `flags`, through
+        rsdlpack_py_import_plan_with_flags."""
         out = ImportResult()
         error = ctypes.c_void_p()
         opts = ctypes.byref(options) if options is not None else None
         plan_options = plan_options if plan_options is not None else PlanOptions.of()
-        code = self.lib.rsdlpack_py_import_plan(obj, opts, ctypes.byref(plan_options), ctypes.byref(out), ctypes.byref(error))
+        if flags is None:
+            code = self.lib.rsdlpack_py_import_plan(obj, opts, ctypes.byref(plan_options), ctypes.byref(out), ctypes.byref(error))
+        else:
+            code = self.lib.rsdlpack_py_import_plan_with_flags(obj, opts, ctypes.byref(plan_options), flags, ctypes.byref(out),
+                                                               ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
         return out, None
@@ -349,22 +362,37 @@ class Bridge:
         return None if code == 0 else (code, self._message(error))
 
     def share(self, address, dims, strides, element_code, root_id, order=INDEX_ORDER_PRODUCER, read_only=ACCESS_WRITABLE,
-              device=(1, 0), stream=0, into=None):
+              device=(1, 0), stream=0, into=None, flags=None):
         """Shares memory described Julia-style; (exporter, released_roots) or (None, (code, message)).
-        With `into` (a type), through rsdlpack_py_share_into: the object is one of that type."""
+        With `into` (a type), through rsdlpack_py_share_into: the object is one of that type. With
+        `flags`, through the entry point's _with_flags form."""
         n = len(dims)
         dims_c = (ctypes.c_int64 * max(n, 1))(*dims)
         strides_c = (ctypes.c_int64 * max(n, 1))(*strides)
         array = ArrayExport(address, dims_c, strides_c, n, root_id, stream, element_code, order, device[0], device[1], read_only, 0)
         out = ShareResult()
         error = ctypes.c_void_p()
-        if into is None:
+        if into is None and flags is None:
             code = self.lib.rsdlpack_py_share(ctypes.byref(array), ctypes.byref(out), ctypes.byref(error))
-        else:
+        elif into is None:
+            code = self.lib.rsdlpack_py_share_with_flags(ctypes.byref(array), flags, ctypes.byref(out), ctypes.byref(error))
+        elif flags is None:
             code = self.lib.rsdlpack_py_share_into(ctypes.byref(array), into, ctypes.byref(out), ctypes.byref(error))
+        else:
+            code = self.lib.rsdlpack_py_share_into_with_flags(ctypes.byref(array), into, flags, ctypes.byref(out),
+                                                              ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
         return (adopt(out.exporter), out.released_roots), None
+
+    def flush_releases(self, flags):
+        """rsdlpack_py_flush_releases_with_flags: (released, None) or (None, (code, message))."""
+        released = ctypes.c_size_t(0)
+        error = ctypes.c_void_p()
+        code = self.lib.rsdlpack_py_flush_releases_with_flags(flags, ctypes.byref(released), ctypes.byref(error))
+        if code != 0:
+            return None, (code, self._message(error))
+        return released.value, None
 
     def take_released_roots(self):
         taken = []

@@ -16,6 +16,9 @@ from rsdlpack_abi import ERROR_CODE_BUFFER, ERROR_CODE_INVALID, ERROR_CODE_PRODU
 from rsdlpack_ctypes import ACCESS_READ_ONLY, ELEMENT_CODES
 
 torch = pytest.importorskip("torch", reason="torch is in scripts/requirements.txt")
+if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+    pytest.skip("this torch has no torch.Tensor.__dlpack_c_exchange_api__ (test_calling_thread.py refuses a "
+                "type without it)", allow_module_level=True)
 
 
 def share_into(bridge, backing, dims, strides, into, root_id, **options):
@@ -81,16 +84,25 @@ def test_refusals_name_the_problem_and_leave_no_reference_to_the_root(bridge):
     backing = np.arange(4.0)
     _, (code, message) = share_into(bridge, backing, [4], [1], torch.Tensor, 60, read_only=ACCESS_READ_ONLY)
     assert code == ERROR_CODE_BUFFER and "read-only" in message and "torch.Tensor" in message
+    # A type without the table (NumPy's; a plain class) is a refusal naming the type, not a call
+    # of the type (torch.Tensor(exporter) on a torch without the table is its legacy constructor).
     _, (code, message) = share_into(bridge, backing, [4], [1], np.ndarray, 61)
-    assert code == ERROR_CODE_INVALID and "numpy.ndarray has no DLPack C exchange API" in message
-    assert "share(A, torch.from_dlpack)" in message
+    assert code == ERROR_CODE_BUFFER and "cannot share into the type numpy.ndarray" in message
+    assert "no DLPack C exchange API" in message and "share(A, torch.from_dlpack)" in message
     _, (code, message) = share_into(bridge, backing, [4], [1], torch.ones(1), 62)
     assert code == ERROR_CODE_INVALID and "must be a Python type" in message
     # A subclass inherits torch's table, which makes plain tensors: refused by name.
     _, (code, message) = share_into(bridge, backing, [4], [1], torch.nn.Parameter, 63)
     assert code == ERROR_CODE_INVALID and "makes torch.Tensor objects, not torch.nn.parameter.Parameter" in message
+
+    class Consumer:
+        def __init__(self, tensor):
+            raise AssertionError("share_into must not call the type")
+
+    _, (code, message) = share_into(bridge, backing, [4], [1], Consumer, 64)
+    assert code == ERROR_CODE_BUFFER and f"the type {__name__}." in message and "<locals>.Consumer:" in message, message
     gc.collect()
-    assert sorted(bridge.take_released_roots()) == [60, 61, 62, 63]
+    assert sorted(bridge.take_released_roots()) == [60, 61, 62, 63, 64]
 
 
 def test_a_type_its_table_fails_on_releases_the_root_exactly_once(bridge):

@@ -15,12 +15,11 @@ mod stream;
 
 use jlrs::data::managed::value::ValueRet;
 use jlrs::prelude::*;
-use stream::{new_stream_object, stream_context, stream_device};
+use stream::{new_stream_object, stream_context};
 
 julia_module! {
     become rsdlpack_julia_init;
 
     fn stream_context(handle: usize) -> Result<usize, ValueRet>;
-    fn stream_device(handle: usize) -> Result<i32, ValueRet>;
     fn new_stream_object(stream_type: DataType, handle: Value<'_, 'static>, context: Value<'_, 'static>) -> Result<ValueRet, ValueRet>;
 }

@@ -26,11 +26,6 @@ pub fn stream_context(handle: usize) -> Result<usize, ValueRet> {
     to_julia(describe(handle).map(|stream| stream.context))
 }
 
-/// The device ordinal of the stream `handle`.
-pub fn stream_device(handle: usize) -> Result<i32, ValueRet> {
-    to_julia(describe(handle).map(|stream| stream.device))
-}
-
 /// Builds an instance of `stream_type` (CUDA.jl's `CuStream`) from a `CUstream` value and a
 /// `CuContext`, without running its constructors. Fields are filled by name: `handle`, `ctx`,
 /// `valid` (true), and any other field that admits `nothing` (e.g. a stream-order tracker:

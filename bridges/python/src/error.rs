@@ -77,11 +77,20 @@ pub enum BridgeError {
     #[error("plan options: {what} cannot be {value}")]
     PlanOption { what: &'static str, value: i64 },
 
-    #[error("rsdlpack_py_import_with_flags: unknown flag bits {bits:#x}")]
-    UnknownImportFlags { bits: u32 },
+    #[error("{function}: unknown flag bits {bits:#x}")]
+    UnknownFlags { function: &'static str, bits: u32 },
 
     #[error("the Python interpreter is not running")]
     InterpreterNotRunning,
+
+    #[error(
+        "{function}: this thread does not hold Python's GIL, and the caller asked not to wait \
+         for it (the thread that holds it may be waiting for this one); call from the thread \
+         that holds the GIL (under PyCall and PythonCall, Julia's main thread), or take it \
+         first (PythonCall 0.9.22 and later: PythonCall.GIL.lock(f), while the thread that holds \
+         it is inside PythonCall.GIL.unlock)"
+    )]
+    GilNotHeld { function: &'static str },
 
     // Julia arrays to share.
     #[error("unknown element code {code}")]
@@ -101,9 +110,10 @@ pub enum BridgeError {
 
     // Consumers' types (`share_into`) and producers' types (import) with a C exchange API.
     #[error(
-        "{type_name} has no DLPack C exchange API that makes its objects \
-         (__dlpack_c_exchange_api__ with managed_tensor_to_py_object_no_sync); share \
-         with a function instead, e.g. share(A, torch.from_dlpack)"
+        "cannot share into the type {type_name}: it has no DLPack C exchange API that makes its \
+         objects (__dlpack_c_exchange_api__ with managed_tensor_to_py_object_no_sync), and \
+         calling the type itself is not DLPack; share with a consumer function instead, e.g. \
+         share(A, torch.from_dlpack)"
     )]
     NoObjectMaker { type_name: String },
 
@@ -257,18 +267,19 @@ impl BridgeError {
             | NullHandle { .. }
             | BadValue { .. }
             | PlanOption { .. }
-            | UnknownImportFlags { .. }
+            | UnknownFlags { .. }
             | InterpreterNotRunning
+            | GilNotHeld { .. }
             | UnknownElementCode { .. }
             | NegativeDim
             | NotAType { .. }
-            | NoObjectMaker { .. }
             | ObjectOfOtherType { .. }
             | BadExchangeApi { .. }
             | MissingTableFunction { .. }
             | WorkStreamDevice { .. }
             | BadDeviceAnswer { .. } => ErrorCode::Invalid,
             TooManyDims { .. }
+            | NoObjectMaker { .. }
             | ReadOnlyShareInto { .. }
             | ReadOnlyDLTensor
             | PaddedDLTensor

@@ -6,7 +6,13 @@
 //! runs through [`quietly`], which answers a fallback on a panic. Either attaches to the
 //! interpreter through [`with_python`] (taking the GIL if the caller released it) and first
 //! drains the queue of deferred releases (see [`crate::python::release`]).
+//!
+//! Whether a call may wait for the GIL is the caller's choice ([`Attach`], from the `flags` of
+//! the `*_with_flags` entry points): a C caller that released the GIL on purpose (ctypes'
+//! `CDLL`) wants it taken; Julia, whose Python thread holds the GIL for good and may be
+//! waiting for the very task that calls, wants a refusal instead of a deadlock.
 
+use super::values::RSDLPACK_CALL_REFUSE_WITHOUT_GIL;
 use crate::error::{BridgeError, BridgeResult};
 use crate::python::release;
 use pyo3::{Bound, PyAny, Python, ffi};
@@ -52,8 +58,53 @@ pub(crate) fn quietly<T>(fallback: T, body: impl FnOnce() -> T + UnwindSafe) -> 
     catch_unwind(body).unwrap_or(fallback)
 }
 
+/// What an entry point does when the calling thread does not hold the GIL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attach {
+    /// Take it, waiting for whichever thread holds it (the entry points without flags).
+    Wait,
+    /// Refuse ([`BridgeError::GilNotHeld`], naming `function`): `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`.
+    OnlyIfHeld { function: &'static str },
+}
+
+/// The [`Attach`] a `*_with_flags` entry point's `flags` ask for; bits outside `allowed` are
+/// refused.
+pub(crate) fn attach_for(function: &'static str, flags: u32, allowed: u32) -> BridgeResult<Attach> {
+    let unknown = flags & !allowed;
+    if unknown != 0 {
+        return Err(BridgeError::UnknownFlags {
+            function,
+            bits: unknown,
+        });
+    }
+    Ok(if flags & RSDLPACK_CALL_REFUSE_WITHOUT_GIL != 0 {
+        Attach::OnlyIfHeld { function }
+    } else {
+        Attach::Wait
+    })
+}
+
 /// Runs `body` attached to the interpreter, after draining the releases that waited for it.
 pub(crate) fn with_python<T>(
+    body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>,
+) -> BridgeResult<T> {
+    with_python_as(Attach::Wait, body)
+}
+
+/// [`with_python`], refusing as `attach` says when this thread does not hold the GIL.
+pub(crate) fn with_python_as<T>(
+    attach: Attach,
+    body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>,
+) -> BridgeResult<T> {
+    attached(attach, |py| {
+        release::drain(py, release::Wait::No);
+        body(py)
+    })
+}
+
+/// Runs `body` attached to the interpreter (as `attach` says), draining nothing first.
+pub(crate) fn attached<T>(
+    attach: Attach,
     body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>,
 ) -> BridgeResult<T> {
     if release::this_thread_holds_the_gil() {
@@ -66,7 +117,6 @@ pub(crate) fn with_python<T>(
         // check is exact with one interpreter, the only setup pyo3 and the GILState API
         // support, see `this_thread_holds_the_gil`).
         let py = unsafe { Python::assume_attached() };
-        release::drain(py, release::Wait::No);
         let result = body(py);
         if result.is_err() {
             // Error paths drop exceptions (and their tracebacks) wherever they arise.
@@ -74,22 +124,28 @@ pub(crate) fn with_python<T>(
         }
         return result;
     }
-    Python::try_attach(|py| {
-        release::drain(py, release::Wait::No);
-        body(py)
-    })
-    .unwrap_or_else(|| Err(BridgeError::InterpreterNotRunning))
+    if let Attach::OnlyIfHeld { function } = attach {
+        // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
+        let running = unsafe { ffi::Py_IsInitialized() } != 0;
+        return Err(if running {
+            BridgeError::GilNotHeld { function }
+        } else {
+            BridgeError::InterpreterNotRunning
+        });
+    }
+    Python::try_attach(body).unwrap_or_else(|| Err(BridgeError::InterpreterNotRunning))
 }
 
-/// [`with_python`], with `object` a `PyObject*` that the caller lends for the call.
+/// [`with_python_as`], with `object` a `PyObject*` that the caller lends for the call.
 ///
 /// # Safety
 /// `object` must be a live object for the call.
-pub(crate) unsafe fn with_object<T>(
+pub(crate) unsafe fn with_object_as<T>(
+    attach: Attach,
     object: *mut ffi::PyObject,
     body: impl for<'py> FnOnce(&Bound<'py, PyAny>) -> BridgeResult<T>,
 ) -> BridgeResult<T> {
-    with_python(|py| {
+    with_python_as(attach, |py| {
         // SAFETY: a live object the caller lends us for the call (this function's contract).
         let object = unsafe { Bound::from_borrowed_ptr(py, object) };
         body(&object)

@@ -2,9 +2,10 @@
 //! and plans, and answers with everything the caller needs in one struct. A view or a copy
 //! comes with a handle to the imported tensor, released by the functions of [`super::held`].
 
-use super::border::{entry_point, with_object};
+use super::border::{attach_for, entry_point, with_object_as};
 use super::held::Held;
 use super::managed::RsdlImportOptions;
+use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_WRITABLE_TYPE};
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::roots;
@@ -128,6 +129,27 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan(
     out: *mut RsdlImportResult,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: forwarded contract; no flags.
+    unsafe {
+        rsdlpack_py_import_plan_with_flags(object, import_options, plan_options, 0, out, error_out)
+    }
+}
+
+/// As `rsdlpack_py_import_plan`, with `flags` (a bitwise or of `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`
+/// and `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused with `RSDL_ERROR_CODE_INVALID`).
+/// A separate entry point, so that `RsdlPlanOptions` keeps its layout for existing callers.
+///
+/// # Safety
+/// As `rsdlpack_py_import_plan`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_import_plan_with_flags(
+    object: *mut ffi::PyObject,
+    import_options: *const RsdlImportOptions,
+    plan_options: *const RsdlPlanOptions,
+    flags: u32,
+    out: *mut RsdlImportResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
     let body = || -> BridgeResult<()> {
         refuse_null!(
             "rsdlpack_py_import_plan",
@@ -136,8 +158,16 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan(
             plan_options,
             out,
         );
+        let attach = attach_for(
+            "rsdlpack_py_import_plan_with_flags",
+            flags,
+            RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_PLAN_WRITABLE_TYPE,
+        )?;
         // SAFETY: `plan_options` is readable (checked non-null; caller's contract).
-        let request = unsafe { *plan_options }.parse()?;
+        let mut request = unsafe { *plan_options }.parse()?;
+        if flags & RSDLPACK_PLAN_WRITABLE_TYPE != 0 {
+            request.access = Access::WritableType;
+        }
         // SAFETY: `import_options` is null or readable (caller's contract).
         let import_request = unsafe { RsdlImportOptions::read(import_options) }?;
         // SAFETY: `out` is writable (checked non-null; caller's contract). The plan is written
@@ -145,7 +175,7 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan(
         let out = unsafe { &mut *out };
         // SAFETY: `object` is a live object the caller lends us for the call.
         unsafe {
-            with_object(object, |object| {
+            with_object_as(attach, object, |object| {
                 let tensor = import(object, &import_request)?;
                 // On error `tensor` drops here, under the GIL: its deleter runs now.
                 let decision = decide(tensor.descriptor(), &request, &mut out.plan)?;

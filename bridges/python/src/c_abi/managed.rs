@@ -2,8 +2,8 @@
 //! `DLManagedTensorVersioned*` ([`rsdlpack_py_import`]) and managed tensors exported as Python
 //! objects with `__dlpack__` ([`rsdlpack_py_export`]).
 
-use super::border::{entry_point, with_object, with_python};
-use super::values::RsdlCopy;
+use super::border::{attach_for, entry_point, with_object_as, with_python};
+use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RsdlCopy};
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
@@ -118,8 +118,9 @@ pub unsafe extern "C" fn rsdlpack_py_import(
 /// does not define (0 included) instead of refusing them with `RSDL_ERROR_CODE_BUFFER`.
 pub const RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES: u32 = 1;
 
-/// As `rsdlpack_py_import`, with `flags` (a bitwise or of `RSDLPACK_IMPORT_*`; unknown bits
-/// are refused with `RSDL_ERROR_CODE_INVALID`). A separate entry point, so that
+/// As `rsdlpack_py_import`, with `flags` (a bitwise or of `RSDLPACK_IMPORT_*` and
+/// `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`; unknown bits are refused with
+/// `RSDL_ERROR_CODE_INVALID`). A separate entry point, so that
 /// `RsdlImportOptions` keeps its layout for existing callers.
 ///
 /// # Safety
@@ -134,17 +135,18 @@ pub unsafe extern "C" fn rsdlpack_py_import_with_flags(
 ) -> i32 {
     let body = || -> BridgeResult<()> {
         refuse_null!("rsdlpack_py_import", "object and out", object, out);
-        let unknown = flags & !RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES;
-        if unknown != 0 {
-            return Err(BridgeError::UnknownImportFlags { bits: unknown });
-        }
+        let attach = attach_for(
+            "rsdlpack_py_import_with_flags",
+            flags,
+            RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES | RSDLPACK_CALL_REFUSE_WITHOUT_GIL,
+        )?;
         // SAFETY: `options` is null or points to an options struct (caller's contract).
         let mut request = unsafe { RsdlImportOptions::read(options) }?;
         request.accept_unknown_device_types =
             flags & RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES != 0;
         // SAFETY: `object` is a live object the caller lends us for the call.
         let managed = unsafe {
-            with_object(object, |object| {
+            with_object_as(attach, object, |object| {
                 Ok(release::rewrap(import(object, &request)?)?)
             })
         }?;

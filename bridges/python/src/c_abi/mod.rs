@@ -41,20 +41,25 @@ pub use held::{
     rsdlpack_imported_copy_into, rsdlpack_imported_release, rsdlpack_imported_release_after,
     rsdlpack_imported_release_later,
 };
-pub use import_plan::{RsdlImportResult, RsdlPlanOptions, rsdlpack_py_import_plan};
+pub use import_plan::{
+    RsdlImportResult, RsdlPlanOptions, rsdlpack_py_import_plan, rsdlpack_py_import_plan_with_flags,
+};
 pub use managed::{
     RSDLPACK_IMPORT_ACCEPT_UNKNOWN_DEVICE_TYPES, RsdlImportOptions, rsdlpack_py_export,
     rsdlpack_py_export_with_stream, rsdlpack_py_import, rsdlpack_py_import_with_flags,
 };
 pub use releases::{
-    rsdlpack_py_flush_releases, rsdlpack_py_pending_releases, rsdlpack_tensor_release,
+    rsdlpack_py_flush_releases, rsdlpack_py_flush_releases_with_flags,
+    rsdlpack_py_pending_releases, rsdlpack_tensor_release,
 };
 pub use share::{
     RsdlArrayExport, RsdlShareResult, rsdlpack_py_share, rsdlpack_py_share_into,
+    rsdlpack_py_share_into_with_flags, rsdlpack_py_share_with_flags,
     rsdlpack_py_take_released_roots,
 };
 pub use sizes::{RsdlStructId, rsdlpack_struct_size};
 pub use values::{
-    RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY, RSDLPACK_RAW_CODE_BASE, RsdlAccess, RsdlCopy, RsdlDense,
-    RsdlIndexOrder, RsdlTarget,
+    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY,
+    RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
+    RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
 };

@@ -3,8 +3,9 @@
 //! type ([`rsdlpack_py_share_into`]), in one call, with the ids of the Julia arrays whose
 //! consumers are done with them ([`rsdlpack_py_take_released_roots`]).
 
-use super::border::{entry_point, quietly, with_object, with_python};
+use super::border::{attach_for, entry_point, quietly, with_object_as, with_python_as};
 use super::import_plan::index_order;
+use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES};
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
@@ -64,13 +65,34 @@ pub unsafe extern "C" fn rsdlpack_py_share(
     out: *mut RsdlShareResult,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: forwarded contract; no flags.
+    unsafe { rsdlpack_py_share_with_flags(array, 0, out, error_out) }
+}
+
+/// As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` or 0; other bits
+/// are refused with `RSDL_ERROR_CODE_INVALID`, and nothing then refers to the root).
+///
+/// # Safety
+/// As [`rsdlpack_py_share`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_share_with_flags(
+    array: *const RsdlArrayExport,
+    flags: u32,
+    out: *mut RsdlShareResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
     let body = || -> BridgeResult<()> {
         refuse_null!("rsdlpack_py_share", "array and out", array, out);
+        let attach = attach_for(
+            "rsdlpack_py_share_with_flags",
+            flags,
+            RSDLPACK_CALL_REFUSE_WITHOUT_GIL,
+        )?;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
         // SAFETY: forwarded from this entry point's contract.
         let (spec, root, stream) = unsafe { read_array(array) }?;
-        let exporter = with_python(|py| {
+        let exporter = with_python_as(attach, |py| {
             Py::new(py, Exporter::of_julia_array(spec, root, stream)?)
                 .map_err(|e| BridgeError::producer("creating the exporter", e))
         })?;
@@ -97,6 +119,24 @@ pub unsafe extern "C" fn rsdlpack_py_share_into(
     out: *mut RsdlShareResult,
     error_out: *mut *mut c_char,
 ) -> i32 {
+    // SAFETY: forwarded contract; no flags.
+    unsafe { rsdlpack_py_share_into_with_flags(array, r#type, 0, out, error_out) }
+}
+
+/// As [`rsdlpack_py_share_into`], with `flags` as [`rsdlpack_py_share_with_flags`] takes them,
+/// and `RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES`: then a `type` that is not a Python type gets
+/// an exporter object, as from [`rsdlpack_py_share`] (instead of a refusal).
+///
+/// # Safety
+/// As [`rsdlpack_py_share_into`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_py_share_into_with_flags(
+    array: *const RsdlArrayExport,
+    r#type: *mut ffi::PyObject,
+    flags: u32,
+    out: *mut RsdlShareResult,
+    error_out: *mut *mut c_char,
+) -> i32 {
     let body = || -> BridgeResult<()> {
         refuse_null!(
             "rsdlpack_py_share_into",
@@ -105,19 +145,30 @@ pub unsafe extern "C" fn rsdlpack_py_share_into(
             r#type,
             out,
         );
+        let attach = attach_for(
+            "rsdlpack_py_share_into_with_flags",
+            flags,
+            RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
+        )?;
+        let exporter_for_non_types = flags & RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES != 0;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
         // SAFETY: forwarded from this entry point's contract.
         let (spec, root, stream) = unsafe { read_array(array) }?;
         // SAFETY: a live object (caller's contract), borrowed for the call.
         let object = unsafe {
-            with_object(r#type, |ty| {
-                let ty = ty
-                    .cast::<pyo3::types::PyType>()
-                    .map_err(|_| BridgeError::NotAType {
-                        got: ty.to_string(),
-                    })?;
-                Ok(share_into(ty, &spec, root, stream)?.unbind())
+            with_object_as(attach, r#type, |object| {
+                match object.cast::<pyo3::types::PyType>() {
+                    Ok(ty) => Ok(share_into(ty, &spec, root, stream)?.unbind()),
+                    Err(_) if exporter_for_non_types => {
+                        Py::new(object.py(), Exporter::of_julia_array(spec, root, stream)?)
+                            .map(Py::into_any)
+                            .map_err(|e| BridgeError::producer("creating the exporter", e))
+                    }
+                    Err(_) => Err(BridgeError::NotAType {
+                        got: object.to_string(),
+                    }),
+                }
             })
         }?;
         // SAFETY: `out` is writable (checked non-null; caller's contract).

@@ -65,6 +65,26 @@ pub enum RsdlDense {
     Required = 1,
 }
 
+/// `flags` bit of the `*_with_flags` entry points: when the calling thread does not hold the
+/// GIL, refuse (`RSDL_ERROR_CODE_INVALID`, saying to call from the thread that holds it) rather
+/// than wait for it. For callers whose Python thread may be waiting for the calling one (Julia:
+/// PyCall's and PythonCall's main thread holds the GIL for good), where waiting is a deadlock.
+/// Without it an entry point takes the GIL, waiting as long as another thread holds it (a C
+/// caller that released it on purpose, ctypes' `CDLL`).
+pub const RSDLPACK_CALL_REFUSE_WITHOUT_GIL: u32 = 2;
+
+/// `flags` bit of `rsdlpack_py_import_plan_with_flags`: the result's type has no read-only
+/// form (Julia's typed `Array{T,N}` and `CuArray{T,N}`), so a view of read-only memory is
+/// refused (`RSDL_ERROR_CODE_BUFFER`) whatever `RsdlPlanOptions.readonly` accepts; a copy
+/// (`copy=1`) is writable and is made where the target allows copies.
+pub const RSDLPACK_PLAN_WRITABLE_TYPE: u32 = 4;
+
+/// `flags` bit of `rsdlpack_py_share_into_with_flags`: `type` may be any object; one that is
+/// not a Python type gets an exporter, as from `rsdlpack_py_share`, to hand to it. So a caller
+/// that must not touch Python before the GIL check (Julia, whose `share(A, consumer)` takes
+/// types and functions alike) asks what `consumer` is only once the call has succeeded.
+pub const RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES: u32 = 8;
+
 /// `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
 pub const RSDLPACK_PLAN_ANY: i64 = -1;
 
