@@ -41,6 +41,46 @@ impl Block {
         unsafe { self.transpose_scalar(tile, tile_rows, done_rows..self.height, 0..done_cols) };
     }
 
+    /// For 16-byte elements: element (i, j) to `out[j * out_stride + i]`, four rows by four
+    /// columns at a time, so that each source row gives and each output column receives a
+    /// 64-byte piece (a cache line, when aligned) in one go; with `stream`, through
+    /// non-temporal stores where the output is 16-byte aligned. An element is one register:
+    /// the local tile would only add a second pass.
+    ///
+    /// # Safety
+    /// Every element of the block must be readable; the output elements
+    /// `j * out_stride + i` (in 16-byte elements from `out`) writable by no one else meanwhile.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) unsafe fn transpose_lines(&self, out: *mut u8, out_stride: usize, stream: bool) {
+        let stream = stream && (out as usize).is_multiple_of(16);
+        let (rows, cols) = (self.height & !3, self.width & !3);
+        let col_stride = self.col_stride * 16;
+        for j0 in (0..cols).step_by(4) {
+            for i0 in (0..rows).step_by(4) {
+                for j in j0..j0 + 4 {
+                    for i in i0..i0 + 4 {
+                        let offset = i as isize * self.row_stride + j as isize * col_stride;
+                        // SAFETY: element (i, j) of the block, readable, and its output
+                        // element, writable (contract); unaligned loads, aligned streaming
+                        // stores only when `out` (and so every element) is 16-byte aligned.
+                        unsafe {
+                            sse2::move_element(
+                                out.add((j * out_stride + i) * 16),
+                                self.first.offset(offset),
+                                stream,
+                            )
+                        };
+                    }
+                }
+            }
+        }
+        let out = out.cast::<MaybeUninit<[u8; 16]>>();
+        // SAFETY: (both) the edges, as in `transpose_into`, with the output as the tile.
+        unsafe { self.transpose_scalar(out, out_stride, 0..self.height, cols..self.width) };
+        // SAFETY: as above.
+        unsafe { self.transpose_scalar(out, out_stride, rows..self.height, 0..cols) };
+    }
+
     /// As [`Self::transpose_into`], for the given rows and columns only.
     ///
     /// # Safety

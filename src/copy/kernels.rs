@@ -185,6 +185,24 @@ pub(super) mod sse2 {
         }
     }
 
+    /// Moves one 16-byte element, with a non-temporal store if `stream`.
+    ///
+    /// # Safety
+    /// 16 bytes readable at `source` and writable at `destination`, 16-byte aligned if `stream`.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    pub unsafe fn move_element(destination: *mut u8, source: *const u8, stream: bool) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            let value = _mm_loadu_si128(source.cast());
+            if stream {
+                _mm_stream_si128(destination.cast(), value);
+            } else {
+                _mm_storeu_si128(destination.cast(), value);
+            }
+        }
+    }
+
     pub fn store_fence() {
         // SAFETY: a fence has no memory-safety preconditions, and SSE2 is enabled on every
         // x86_64 target.

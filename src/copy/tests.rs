@@ -1,4 +1,4 @@
-use super::tiles::STREAM_THRESHOLD;
+use super::tiles::{PANEL_COLUMNS, STREAM_THRESHOLD};
 use super::*;
 use crate::device::Device;
 use crate::layout::ordered;
@@ -265,6 +265,67 @@ fn streamed_transposes_match_the_definition_at_any_alignment() {
             check_view(element, &[rows, cols], &[4 * cols, 2], out);
         }
     }
+}
+
+/// Streamed outputs whose columns are whole cache lines long, 0, 16 or 48 bytes off a line
+/// (NumPy's and torch's buffers are 16 bytes off): the first band is cut short so that the
+/// others write whole lines. Every element size, 16-byte elements through their own kernel.
+#[test]
+fn streamed_transposes_into_outputs_off_a_cache_line_match_the_definition() {
+    let cols = 1403i64;
+    for element in [
+        ElementType::UInt8,
+        ElementType::BFloat16,
+        ElementType::Float32,
+        ElementType::Float64,
+        ElementType::ComplexF64,
+    ] {
+        let rows = 6016 / element.size() as i64;
+        let len = (rows * cols) as usize * element.size();
+        assert!(len >= STREAM_THRESHOLD && (rows as usize * element.size()) % 64 == 0);
+        let mut buffer = AlignedBuffer::zeroed(len + 64);
+        for offset in [0, 16, 48] {
+            let out = &mut buffer.as_mut_slice()[offset..][..len];
+            check_view(element, &[rows, cols], &[cols, 1], out);
+        }
+    }
+}
+
+/// The bands of a streamed transpose: panels of `PANEL_COLUMNS` columns, and where every
+/// output column starts at the same offset in a cache line, a short first band after which
+/// every band starts on a line; together the bands cover each column once.
+#[test]
+fn streamed_bands_start_on_cache_lines_and_cover_every_row_once() {
+    let (rows, cols) = (1504i64, 2500i64);
+    let (shape, strides) = ([rows, cols], [cols, 1]);
+    let tiles = Tiles::new(&shape, &strides).unwrap();
+    let len = (rows * cols) as usize * 4;
+    for offset in [0usize, 16, 48, 4] {
+        let address = (1 << 20) + offset;
+        let bands = tiles.bands::<4>(len, address);
+        assert!(bands.stream);
+        assert_eq!((bands.panel_cols, bands.panels), (PANEL_COLUMNS, 3));
+        let mut next = 0;
+        for band in 0..bands.per_plane {
+            let (start, end) = bands.rows_of(band);
+            assert_eq!(start, next, "offset {offset}: band {band} follows the last");
+            assert!(end > start && end - start <= bands.tile_rows);
+            if band > 0 {
+                assert_eq!(
+                    (address + start * 4) % 64,
+                    0,
+                    "offset {offset}: band {band}"
+                );
+            }
+            next = end;
+        }
+        assert_eq!(next, rows as usize, "offset {offset}");
+    }
+    // Columns that are not whole lines long start at different offsets: bands as they come.
+    let odd = [1501i64, cols];
+    let tiles = Tiles::new(&odd, &strides).unwrap();
+    let bands = tiles.bands::<4>(1501 * cols as usize * 4, (1 << 20) + 16);
+    assert_eq!(bands.rows_of(0), (0, bands.tile_rows));
 }
 
 #[test]
