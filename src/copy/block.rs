@@ -1,5 +1,5 @@
 //! One tile's transpose into the local buffer: SIMD squares where they fit, scalar moves at the
-//! edges.
+//! edges; 16-byte elements go straight into place instead, a cache line's worth at a time.
 
 #[cfg(target_arch = "x86_64")]
 use super::kernels::sse2;

@@ -282,7 +282,7 @@ fn streamed_transposes_into_outputs_off_a_cache_line_match_the_definition() {
     ] {
         let rows = 6016 / element.size() as i64;
         let len = (rows * cols) as usize * element.size();
-        assert!(len >= STREAM_THRESHOLD && (rows as usize * element.size()) % 64 == 0);
+        assert!(len >= STREAM_THRESHOLD && (rows as usize * element.size()).is_multiple_of(64));
         let mut buffer = AlignedBuffer::zeroed(len + 64);
         for offset in [0, 16, 48] {
             let out = &mut buffer.as_mut_slice()[offset..][..len];

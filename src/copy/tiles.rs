@@ -1,5 +1,5 @@
 //! Cache-blocked transposes: the plane of the output's fastest dim and the source's fastest,
-//! copied tile by tile through a local buffer, in bands of whole source rows.
+//! copied tile by tile through a local buffer, in bands of source rows down panels of columns.
 
 use super::block::Block;
 use super::kernels::{store_fence, write_run};

@@ -15,7 +15,9 @@ The caller sets the thread count before this process starts (`RAYON_NUM_THREADS`
 RsDLPack's pool, which is built once); torch gets `torch.set_num_threads(THREADS)`. Each row
 is the best of several rounds, the sides taking turns within each round, as bandwidth relative
 to memcpy on the same number of threads; at 1 GiB torch and NumPy are timed once (each of
-their transposes takes seconds there).
+their transposes takes seconds there). `RSDLPACK_BENCH_SIZE` (`1 MiB`, `64`, `GiB`: part of a
+size) and `RSDLPACK_BENCH_ELEMENT` (part of a NumPy type name) pick rows;
+`RSDLPACK_BENCH_PEERS=0` leaves torch and NumPy out (to compare two builds of RsDLPack).
 """
 
 import concurrent.futures
@@ -69,6 +71,8 @@ def best_of(sides, rounds, calls, slow=()):
 def main():
     threads = int(sys.argv[1])
     wanted = os.environ.get("RSDLPACK_BENCH_SIZE", "")
+    wanted_element = os.environ.get("RSDLPACK_BENCH_ELEMENT", "")
+    peers = os.environ.get("RSDLPACK_BENCH_PEERS", "1") != "0"
     bridge = Bridge(os.environ["RSDLPACK_PYTHON_LIB"], ctypes.PyDLL)
     if torch is not None:
         torch.set_num_threads(threads)
@@ -77,7 +81,7 @@ def main():
     for size_name, nbytes in SIZES:
         if wanted not in size_name:
             continue
-        for name, dtype, code in ELEMENTS:
+        for name, dtype, code in (e for e in ELEMENTS if wanted_element in e[0]):
             n = int((nbytes // np.dtype(dtype).itemsize) ** 0.5)
             # Real data: distinct pages, none of them the kernel's shared zero page.
             src = np.frombuffer(rng.bytes(n * n * np.dtype(dtype).itemsize), dtype).reshape(n, n).copy()
@@ -100,10 +104,12 @@ def main():
             def memcpy_threads():
                 list(pool.map(lambda s: np.copyto(flat_dst[s], flat_src[s]), halves))
 
-            sides = {"memcpy": memcpy, "RsDLPack": ours, "NumPy": lambda: np.copyto(dst, src)}
+            sides = {"memcpy": memcpy, "RsDLPack": ours}
             if threads > 1:
                 sides["memcpy on threads"] = memcpy_threads
-            if torch is not None:
+            if peers:
+                sides["NumPy"] = lambda: np.copyto(dst, src)
+            if peers and torch is not None:
                 t_src, t_dst = torch.from_numpy(src), torch.from_numpy(dst.T)
                 sides["torch"] = lambda: t_dst.copy_(t_src.T)
             # Every side writes the same bytes: check them once before timing.
@@ -114,7 +120,8 @@ def main():
                 call()
                 expected = (flat_dst, flat_src) if side.startswith("memcpy") else (dst, src)
                 assert np.array_equal(*expected, equal_nan=True), f"{side} copied wrongly"
-            rounds, calls = (3, 1) if nbytes >= 1 << 30 else (5, 3) if nbytes >= 64 << 20 else (11, 100)
+            # Short batches, many of them: on a busy machine a long one is rarely left to run whole.
+            rounds, calls = (3, 1) if nbytes >= 1 << 30 else (7, 1) if nbytes >= 64 << 20 else (201, 5)
             # A peer's 1 GiB transpose takes seconds to a minute: timed once.
             best = best_of(sides, rounds, calls, slow=("torch", "NumPy") if nbytes >= 1 << 30 else ())
             # On several threads, memcpy is the faster of one np.copyto and one per thread: a
