@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds in release and prints, in one run, every ratio the benchmarks record: validate + plan
 # per layout, copies against memcpy (1 KiB and 1 GiB, 1 and 2 threads), imports against
-# np.from_dlpack and the producer's own __dlpack__ call, Julia's one call per layout, the export
-# round trip and share — in process (the Rust bench, every size) and as shipped
-# (librsdlpack_python.so called from a C program that embeds the venv's CPython, as Julia's
-# ccall calls it), with torch's rows beside torch's own C exchange API where torch imports. Writes the in-process import rows
-# to target/bench/import.csv and plots them to benches/import_overhead.png.
+# np.from_dlpack and the producer's own __dlpack__ call, Julia's one call per layout, the
+# transposing copy as Julia makes it against torch's copy_, NumPy's copyto and memcpy (1 MiB to
+# 1 GiB; float32, uint8 and complex128; 1 and 2 threads), the export round trip and share — in
+# process (the Rust bench, every size) and as shipped (librsdlpack_python.so called from Python
+# through ctypes for the copies, and from a C program that embeds the venv's CPython, as
+# Julia's ccall calls it, for the rest), with torch's rows beside torch's own C exchange API
+# where torch imports. Writes the in-process import rows to target/bench/import.csv and plots
+# them to benches/import_overhead.png.
 # Benchmarks are never timed tests: CI builds them (clippy --all-targets) but asserts no time.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -21,8 +24,15 @@ RSDLPACK_BENCH_CSV="$ROOT/target/bench/import.csv" \
     cargo bench --quiet -p rsdlpack-python --features embed --bench exchange
 "$VENV/bin/python" scripts/plot_import.py target/bench/import.csv benches/import_overhead.png
 echo
-echo "== Python bridge as shipped, called from C: bridges/python/benches/shipped.c"
 build_python_bridge
+echo "== transposing copies as shipped (rsdlpack_py_import_plan + rsdlpack_imported_copy_into) against torch copy_, NumPy copyto and memcpy: bridges/python/benches/copies.py"
+"$VENV/bin/python" -c 'import torch' 2>/dev/null ||
+    echo "torch is not installed: its column is left out"
+for threads in 1 2; do
+    RAYON_NUM_THREADS=$threads "$VENV/bin/python" bridges/python/benches/copies.py "$threads"
+done
+echo
+echo "== Python bridge as shipped, called from C: bridges/python/benches/shipped.c"
 read -r include libdir ldversion shared <<<"$("$VENV/bin/python" -c 'import sysconfig as s
 print(s.get_config_var("INCLUDEPY"), s.get_config_var("LIBDIR"), s.get_config_var("LDVERSION"),
       s.get_config_var("Py_ENABLE_SHARED"))')"
