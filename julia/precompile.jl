@@ -39,7 +39,7 @@ end
 @setup_workload begin
     buffer = zeros(UInt8, 16 * 25)  # 25 elements of up to 16 bytes
     @compile_workload begin
-        for T in (Float32, Float64, Int64, Int32, UInt8, Bool, ComplexF64), parent in ((24,), (4, 6), (4, 3, 2))
+        for T in (Float32, Float64, Int64, Int32, UInt8, Bool, ComplexF64), parent in ((25,), (4, 6), (4, 3, 2))
             compose_synthetic(T, buffer, parent)
         end
     end
