@@ -78,7 +78,7 @@ address(x) = pyconvert(UInt, x.ctypes.data)
 
         scaled(A) = share(2 .* A, torch.from_dlpack)   # A: what juliacall made of the tensor
         S = scaled(pyconvert(Any, t))                  # as juliacall calls it: S is a torch tensor
-        @test pyconvert(Bool, torch.equal(S, t * 2)) && pyconvert(Bool, pybuiltins.isinstance(S, torch.Tensor))
+        @test pyconvert(Bool, torch.equal(S, t.mul(2))) && pyconvert(Bool, pybuiltins.isinstance(S, torch.Tensor))
     end
     N = from_dlpack(pyconvert(Any, a))             # a PyArray (NumPy's array) as from_dlpack's input
     @test pyconvert(Any, a) isa PyArray && size(N) == (3, 4) && UInt(pointer(N)) == address(a)
