@@ -66,24 +66,9 @@ pub fn strided_plan(descriptor: &TensorDescriptor, order: IndexOrder) -> Result<
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::indices;
     use super::*;
     use proptest::prelude::*;
-
-    /// Every multi-index of `dims`, first index fastest.
-    fn indices(dims: &[usize]) -> Vec<Vec<usize>> {
-        let total: usize = dims.iter().product();
-        (0..total)
-            .map(|mut flat| {
-                dims.iter()
-                    .map(|&d| {
-                        let i = flat % d;
-                        flat /= d;
-                        i
-                    })
-                    .collect()
-            })
-            .collect()
-    }
 
     /// Shapes of 0-4 dims with extents 0-4, strides -7..=7 (zero included), either order.
     fn layouts() -> impl Strategy<Value = (Vec<i64>, Vec<i64>, bool)> {
