@@ -96,3 +96,8 @@ function RsDLPack.unsafe_cuda_stream(handle::Integer)
     context = CuContext(CUcontext(rethrowing_native(() -> Native.stream_context(h))))
     return rethrowing_native(() -> Native.new_stream_object(CuStream, CUstream(h), context))
 end
+
+# pyconvert (the PythonCall extension): `pyconvert(CuArray, x)` is `from_dlpack(CuArray, x)`,
+# and a CUDA tensor converted to `AbstractArray` (or `Any`) becomes a CuArray.
+RsDLPack.imports_into(::Type{<:CuArray}) = true
+RsDLPack.array_type_for(::Val{KDLCUDA}) = CuArray

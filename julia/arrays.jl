@@ -139,13 +139,19 @@ have finished — those on the stream it was imported on and those on the callin
 CUDA.jl's way, yielding to other tasks); work on other streams must be synchronised first.
 """
 function unsafe_free!(A::AbstractArray)
-    storage = storage_of(A)
-    owner = storage === nothing ? nothing : take_owner!(storage)
-    owner === nothing && throw(ArgumentError(
+    release_if_imported!(A) || throw(ArgumentError(
         "unsafe_free!: this array does not share a DLPack tensor's memory (a copy, not from " *
         "from_dlpack, already freed, or a reshape made on Julia 1.10)"))
-    release_now!(owner, release_stream(A))
     return nothing
+end
+
+"Releases the tensor behind `A` now, as `unsafe_free!` does, if `A` shares one; whether it did."
+function release_if_imported!(A::AbstractArray)
+    storage = storage_of(A)
+    owner = storage === nothing ? nothing : take_owner!(storage)
+    owner === nothing && return false
+    release_now!(owner, release_stream(A))
+    return true
 end
 
 "The stream (a DLPack value; -1: none) `unsafe_free!(A)` also orders after; the CUDA extension answers for CuArrays."

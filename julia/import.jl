@@ -121,3 +121,37 @@ function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=not
     (is_plain(A) || A <: ReadOnlyArray) && return result
     return readonly && plan.read_only != 0 ? ReadOnlyArray(result) : result
 end
+
+"""
+The Python object a front-end's wrapper stands for, or `nothing`: the PythonCall extension
+unwraps `PyArray`, `PyList`, `PyIterable`, … (how juliacall hands Python arguments to a Julia
+function) to the `Py` they wrap.
+"""
+python_object(_) = nothing
+
+function not_python(x, what)
+    return ArgumentError("$what takes a Python object (a PyCall `PyObject`, a PythonCall `Py` or one of " *
+                         "its wrappers such as `PyArray`; load the front-end first), got a $(typeof(x))")
+end
+
+function from_dlpack(::Type{T}, x; kwargs...) where {T<:AbstractArray}
+    o = python_object(x)
+    o === nothing && throw(not_python(x, "from_dlpack"))
+    return from_dlpack(T, o; kwargs...)
+end
+from_dlpack(x; kwargs...) = from_dlpack(Array, x; kwargs...)
+
+# For PythonCall's `pyconvert` rules (ext/RsDLPackPythonCallExt.jl): the array types that
+# `from_dlpack` makes besides `Array` (the CUDA extension adds `CuArray`), and the array type
+# for a tensor on a DLPack device type when the target names none (CPU: `Array`; the CUDA
+# extension adds kDLCUDA).
+imports_into(::Type) = false
+imports_into(::Type{<:ReadOnlyArray}) = true
+array_type_for(::Val{D}) where {D} = D == KDLCPU ? Array : nothing
+
+"""
+Whether the PythonCall extension registers its `pyconvert` rules: the preference
+`pyconvert_rules` (`Preferences.set_preferences!(RsDLPack, "pyconvert_rules" => false)` turns
+them off from the next session on).
+"""
+pyconvert_rules_enabled() = Preferences.load_preference(@__MODULE__, "pyconvert_rules", true) !== false

@@ -63,6 +63,12 @@ row-major-compact tensor of size `reverse(size(A))`).
 """
 function share end
 
+function share(A::AbstractArray, consumer; kwargs...)
+    o = python_object(consumer)
+    o === nothing && throw(not_python(consumer, "share"))
+    return share(A, o; kwargs...)
+end
+
 # Where an array's memory is: the address of its first element, DLPack's (device type, id),
 # and the CUDA stream its last writes were enqueued on (0 for host memory). The CUDA
 # extension adds methods for CuArrays.

@@ -25,6 +25,8 @@ import Libdl
 import Preferences
 import Scratch
 import TOML
+# Compiles the wrapping code ahead of time (julia/precompile.jl).
+using PrecompileTools: @setup_workload, @compile_workload
 # The ecosystem's read-only array (JuliaArrays' ReadOnlyArrays.jl), re-exported: a user of both
 # packages gets one `ReadOnlyArray`, and code written for it accepts what from_dlpack returns.
 using ReadOnlyArrays: ReadOnlyArray
@@ -42,5 +44,6 @@ include("../julia/arrays.jl")
 include("../julia/import.jl")
 include("../julia/share.jl")
 include("../julia/cuda.jl")
+include("../julia/precompile.jl")
 
 end # module

@@ -6,7 +6,7 @@ module ReadmePythonCall
 using Test: @test, @testset, @test_skip
 using RsDLPack
 using PythonCall: Py, pyimport
-using PythonCall: pyconvert, pybuiltins, pyhasattr
+using PythonCall: pyconvert, pybuiltins, pyhasattr, PyArray
 np = pyimport("numpy")
 
 "Whether torch imports here (the examples that use it run only then)."
@@ -68,7 +68,20 @@ address(x) = pyconvert(UInt, x.ctypes.data)
         end
         T = from_dlpack(torch.arange(6).reshape(2, 3))
         @test size(T) == (2, 3) && T[2, 1] == 3
+
+        t = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
+        P = pyconvert(AbstractArray, t)        # 2×3 view of torch's memory, no __array__ call
+        @test !(P isa PyArray) && size(P) == (2, 3) && P[2, 1] == 3
+        @test UInt(pointer(P)) == pyconvert(UInt, t.data_ptr())
+        D = pyconvert(Matrix{Float64}, t)      # a Matrix{Float64}: a copy, as t is row-major
+        @test D isa Matrix{Float64} && D == [0 1 2; 3 4 5] && UInt(pointer(D)) != pyconvert(UInt, t.data_ptr())
+
+        scaled(A) = share(2 .* A, torch.from_dlpack)   # A: what juliacall made of the tensor
+        S = scaled(pyconvert(Any, t))                  # as juliacall calls it: S is a torch tensor
+        @test pyconvert(Bool, torch.equal(S, t.mul(2))) && pyconvert(Bool, pybuiltins.isinstance(S, torch.Tensor))
     end
+    N = from_dlpack(pyconvert(Any, a))             # a PyArray (NumPy's array) as from_dlpack's input
+    @test pyconvert(Any, a) isa PyArray && size(N) == (3, 4) && UInt(pointer(N)) == address(a)
 end
 
 end # module ReadmePythonCall

@@ -161,6 +161,8 @@ end
 
 # The README's examples, as the README writes them (test/python/test_readme.py).
 FRONTEND == "PythonCall" && include("readme_pythoncall.jl")
+# PythonCall only: its pyconvert rules and wrapper types.
+FRONTEND == "PythonCall" && include("pyconvert.jl")
 FRONTEND == "PyCall" && include("readme_pycall.jl")
 
 # test/cuda.jl uses PythonCall, so it runs in that front-end's process. CUDA.jl is a test

@@ -42,10 +42,12 @@ mod exhaustive;
 mod flat;
 mod nest;
 mod planner;
+mod strided;
 mod target;
 
 pub use flat::{ArrayPlan, PlanKind};
 pub use planner::Decision;
+pub use strided::{StridedPlan, strided_plan};
 pub use target::{ArrayRequest, Target, decide, plan_for};
 
 // Both defined below this module: the descriptor speaks of the order, errors of the reason.

@@ -9,7 +9,7 @@ fn descriptor(shape: &[i64], strides: &[i64], element: ElementType) -> TensorDes
 }
 
 /// Every multi-index of `dims`, first index fastest.
-fn indices(dims: &[usize]) -> Vec<Vec<usize>> {
+pub(super) fn indices(dims: &[usize]) -> Vec<Vec<usize>> {
     let total: usize = dims.iter().product();
     (0..total)
         .map(|mut flat| {
