@@ -538,15 +538,21 @@ fn is_row_major_compact(shape: &[i64], strides: &[i64]) -> bool {
         .all(|((c, s), &n)| n <= 1 || c == s)
 }
 
-/// The product of `shape`: 0 as soon as one dimension is 0, `None` on overflow. Dimensions
-/// are non-negative (checked before).
+/// The product of `shape`: 0 as soon as one dimension is 0, `None` past `isize::MAX` (a
+/// consumer counts elements in a signed 64-bit integer; packed sub-byte elements would
+/// otherwise fit more of them than that in `isize::MAX` bytes). Dimensions are non-negative
+/// (checked before).
 fn element_count(shape: &[i64]) -> Option<usize> {
     let (mut product, mut empty) = (Some(1usize), false);
     for &d in shape {
         empty |= d == 0;
         product = product.and_then(|p| p.checked_mul(d as usize));
     }
-    if empty { Some(0) } else { product }
+    if empty {
+        Some(0)
+    } else {
+        product.filter(|&p| p <= isize::MAX as usize)
+    }
 }
 
 /// Bytes `elements` take densely, if that fits in `isize`.
@@ -892,6 +898,39 @@ mod tests {
             ),
             "9·2⁶¹ bytes exceed isize::MAX"
         );
+    }
+
+    #[test]
+    fn packed_subbyte_element_counts_past_isize_are_refused() {
+        // Their bytes fit in isize (3·2⁶¹ and isize::MAX itself), their counts do not: a
+        // consumer's int64 element count would overflow, negative for the second.
+        let fp4 = DLDataType::scalar(DLDataTypeCode::FLOAT4_E2M1FN, 4);
+        for (shape, strides) in [([3, 1 << 62], [1 << 62, 1]), ([i64::MAX, 2], [2, 1])] {
+            let refused = check(
+                &raw(&shape, Some(&strides), 64, fp4),
+                Some((1, 3)),
+                DlpackFlags::empty(),
+            );
+            assert!(
+                matches!(refused, Err(Error::ExtentOverflow { .. })),
+                "{shape:?}: {refused:?}"
+            );
+            let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
+            assert!(
+                matches!(
+                    compact_byte_size(fp4, &shape),
+                    Err(Error::ExtentOverflow { .. })
+                ),
+                "{shape:?}"
+            );
+        }
+        let largest = check(
+            &raw(&[i64::MAX, 1], Some(&[1, 1]), 64, fp4),
+            Some((1, 3)),
+            DlpackFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!(largest.element_count(), isize::MAX as usize);
     }
 
     #[test]
