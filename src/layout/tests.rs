@@ -331,7 +331,11 @@ proptest! {
 
     /// The planner finds a view exactly when the exhaustive search finds a parent; the parent
     /// starts at the lowest byte the tensor touches, covers it, and is the smallest dense parent
-    /// that does (its overhang is the least of every chain's).
+    /// that does (its overhang is the least of every chain's). The planner's work bound on the
+    /// least-parent search never trades minimality here: strides this small factor by trial
+    /// division into lattices of at most 9 divisors over 4 levels, far inside it. Where it does
+    /// trade (lattices past 1024 divisor-levels, factors Pollard's rho cannot split in time):
+    /// `the_work_bound_trades_minimality_only_beyond_it` in nest.rs.
     #[test]
     fn the_planner_agrees_with_the_exhaustive_search(
         (shape, strides) in (0usize..=5).prop_flat_map(|ndim| (
