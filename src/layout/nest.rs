@@ -436,6 +436,9 @@ mod tests {
         // np.arange(18.).reshape(2, 9)[:, :2]: a 3-wide parent (steps 1 and 3) ends one element
         // past the tensor, where the stride 9 itself would claim seven.
         assert_eq!(nest(&links(&[(2, 1), (2, 9)])).unwrap(), [1, 3]);
+        // Not tight: 3 is not a multiple of the span 2 (a chain spanning `len` instead of
+        // `len - 1` steps would take 3 and then 9).
+        assert_eq!(nest(&links(&[(2, 1), (2, 3), (2, 18)])).unwrap(), [1, 3, 6]);
         // The smallest admissible P₁ (2) only has 18 above 6 + 1; a larger one (3) has 9.
         assert_eq!(
             nest(&links(&[(2, 1), (2, 6), (2, 18)])).unwrap(),

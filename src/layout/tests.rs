@@ -79,6 +79,19 @@ fn row_major_is_a_permuted_array_or_a_plain_reversed_one() {
 }
 
 #[test]
+fn a_row_major_tensor_with_a_unit_dim_is_planned_past_the_compact_shortcut() {
+    // The shortcut takes only dims of length ≥ 2; the general planner puts the unit dim where
+    // its order among the strides says (permutation [2, 3, 1], 1-based), not reversed.
+    let d = descriptor(&[3, 1, 4], &[4, 4, 1], ElementType::Float32);
+    let request = ArrayRequest::new(Target::HostArray);
+    let mut flat = ArrayPlan::zeroed();
+    assert_eq!(decide(&d, &request, &mut flat).unwrap(), Decision::View);
+    assert_eq!(flat.permutation[..3], [2, 3, 1]);
+    assert_eq!(flat.parent_dims[..3], [4, 3, 1]);
+    assert_eq!(flat.needs_permutation, 1);
+}
+
+#[test]
 fn column_major_with_unit_dims_stays_a_plain_array() {
     let d = descriptor(&[4, 1, 5, 1], &[1, 99, 4, -7], ElementType::Float64);
     let LayoutPlan::View(view) = plan(&d, IndexOrder::Producer, CopyPolicy::Never).unwrap() else {
