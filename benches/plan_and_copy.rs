@@ -5,6 +5,9 @@
 //!
 //! - validate + plan (`decide` into a flat plan, as an import does), ns per layout (C, F, permuted, stepped, reversed, sliced, size-1 dims,
 //!   (3, 1000003), (4, 2^28), 32 dims): what `from_dlpack` spends deciding before Julia wraps;
+//!   then adversarial strides a producer can choose (issue 30's, and up to 32 dims with last
+//!   strides rich in divisors, prime or semiprime), and the worst of them beside the worst
+//!   common layout;
 //! - copies of float32, float64, float16 and uint8 tensors of 1 KiB and 1 GiB (square for
 //!   float32 and uint8, twice as many columns as rows otherwise) into a fresh column-major buffer, on 1 and 2
 //!   rayon threads, per layout (column-major source = contiguous runs, row-major source = a
