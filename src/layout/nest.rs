@@ -422,6 +422,25 @@ mod tests {
     }
 
     #[test]
+    fn tight_chains_are_taken_without_any_search() {
+        // The tight chain is the least whenever admissible, so the search would find it too:
+        // it is taken first, with no work at all (here the search needs some, and without it
+        // the gcd chain would stand), and the last link's span is never formed (it overflows
+        // in the first).
+        for (pairs, tight) in [
+            (&[(2, 1), (2, 2), (5, 1 << 62)][..], &[1, 2, 4][..]),
+            (&[(3, 1), (4, 3), (2, 24)][..], &[1, 3, 12][..]),
+        ] {
+            let links = links(pairs);
+            let mut out = vec![0; links.len()];
+            let nested = nest_within(&links, &mut out, Work(0)).unwrap();
+            assert_eq!((&out[..], nested.least), (tight, true), "{pairs:?}");
+            let last = links[links.len() - 1];
+            assert_eq!(nested.step, last.stride / tight[tight.len() - 1]);
+        }
+    }
+
+    #[test]
     fn the_last_stride_is_lowered_when_it_can_be() {
         // Not tight (6 is not a multiple of 1 + 2·2 = 5) but 6 = 3·2 nests with P₁ = 6,
         // then P₂ ≥ 6 + 12 = 18: 18 divides 36, so the parent stops there, not at 36.
