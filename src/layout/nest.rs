@@ -441,6 +441,24 @@ mod tests {
     }
 
     #[test]
+    fn a_gcd_chain_the_scan_shows_least_is_kept_without_any_search() {
+        // Not tight (3 is not a multiple of 2); the least divisor of 9 from 1 + 1 + 3 up is 9.
+        let links = links(&[(2, 1), (2, 3), (2, 9)]);
+        let mut out = [0; 3];
+        let nested = nest_within(&links, &mut out, Work(0)).unwrap();
+        assert_eq!(
+            (out, nested),
+            (
+                [1, 3, 9],
+                Nested {
+                    step: 1,
+                    least: true
+                }
+            )
+        );
+    }
+
+    #[test]
     fn the_last_stride_is_lowered_when_it_can_be() {
         // Not tight (6 is not a multiple of 1 + 2·2 = 5) but 6 = 3·2 nests with P₁ = 6,
         // then P₂ ≥ 6 + 12 = 18: 18 divides 36, so the parent stops there, not at 36.
