@@ -574,3 +574,36 @@ fn strides_that_defeated_the_divisor_search_plan_at_once() {
         LayoutPlan::View(_)
     ));
 }
+
+#[test]
+fn no_plan_allocates_however_hard_its_least_parent_search() {
+    // Lattices of 320 divisors (the large stack arrays), of 33 over 31 levels (all 32 dims,
+    // the small ones), a divisor-rich last stride past the work, a semiprime Pollard's rho
+    // cannot split, and a plain slice.
+    let power = |k: u32| 3i64.pow(k);
+    let layouts: [(Vec<i64>, Vec<i64>); 5] = [
+        (vec![2, 2, 2, 2], vec![2162160, 720, 3, 1]),
+        (
+            vec![2; 32],
+            (0..32)
+                .rev()
+                .map(|k| power(k + u32::from(k == 31)))
+                .collect(),
+        ),
+        (
+            vec![2, 2, 2, 2],
+            vec![-103340120832, 65685564303840000, 486096, -3],
+        ),
+        (vec![2, 3, 2], vec![1073741789 * 1073741783, 1073741789, 1]),
+        (vec![4, 3], vec![18, 3]),
+    ];
+    let request = ArrayRequest::new(Target::HostArray);
+    for (shape, strides) in &layouts {
+        let d = descriptor(shape, strides, ElementType::UInt8);
+        let mut flat = ArrayPlan::zeroed();
+        let (decision, allocations) =
+            crate::test_support::allocations_during(|| decide(&d, &request, &mut flat).unwrap());
+        assert_eq!(decision, Decision::View, "{strides:?}");
+        assert_eq!(allocations, 0, "{strides:?}");
+    }
+}
