@@ -175,14 +175,14 @@ fn lower_the_last_stride(links: &[Link], out: &mut [u64], work: &mut Work) -> bo
     let Some((last, faster)) = links.split_last() else {
         return true;
     };
+    // The gcd chain holds, so this sum neither overflows nor exceeds the last stride: it is
+    // the chain's `P_last ≥ P_last-1 + (n - 1)·s ≥ …` summed, each step checked there.
     let Some(bound) = faster.iter().try_fold(1u64, |sum, link| {
         (link.len - 1).checked_mul(link.stride)?.checked_add(sum)
     }) else {
-        return true; // unreachable once the gcd chain holds: its sums are checked the same
+        return true;
     };
-    if bound > last.stride {
-        return true; // as unreachable
-    }
+    debug_assert!(bound <= last.stride, "{links:?}");
     match divisors::least_and_cofactor_by_scan(last.stride, bound).map(|(lowest, _)| lowest) {
         Some(lowest) if lowest == last.stride => true,
         _ => lower_by_divisors(links, bound, out, work),
@@ -317,15 +317,11 @@ impl Lattice<'_> {
             .min_by_key(|&i| self.values[i])?;
         out[last] = self.values[above];
         for j in (0..last).rev() {
-            let reach = (links[j].len - 1) * links[j].stride; // checked on the way up
             let bound = Exponents::of_index(above, primes);
             let mut exponents = Exponents::default();
             let mut below = None;
             for i in 0..width {
-                let fits = self.values[i]
-                    .checked_add(reach)
-                    .is_some_and(|need| need <= out[j + 1]);
-                if fits && self.reached(j, i) && exponents.at_most(&bound, primes.len()) {
+                if self.reached(j, i) && exponents.at_most(&bound, primes.len()) {
                     below = Some(i);
                     break;
                 }
@@ -333,6 +329,10 @@ impl Lattice<'_> {
             }
             above = below?;
             out[j] = self.values[above];
+            // Every divisor reached here fits below `P_j+1`: it divides `s_j`, hence the reach
+            // `(n_j - 1)·s_j` (checked on the way up), and `P_j+1`, which exceeds the reach (one
+            // fitted on the way up), so `P_j+1 ≥ reach + P_j`.
+            debug_assert!(out[j] + (links[j].len - 1) * links[j].stride <= out[j + 1]);
         }
         Some(())
     }
