@@ -313,6 +313,15 @@ fn adversarial() -> Vec<(String, Vec<i64>, Vec<i64>)> {
         vec![2, 2, 2, 2],
         vec![2162160, 720, 3, 1],
     ));
+    // 32 dims: strides 3⁰ … 3³⁰ and 3³², whose 33 divisors over 31 levels are 1023 cells.
+    layouts.push((
+        "33 divisors, 32 dims".to_string(),
+        vec![2; 32],
+        (0..32)
+            .rev()
+            .map(|k| 3i64.pow(k + u32::from(k == 31)))
+            .collect(),
+    ));
     // 2⁶⁰ - 93 (prime), and 1073741789 · 1073741783.
     let (prime, semiprime, p) = (1152921504606846883i64, 1152921423002469787i64, 1073741789);
     layouts.push(("prime last, 2 dims".to_string(), vec![2, 3], vec![prime, 7]));
