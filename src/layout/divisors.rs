@@ -536,6 +536,9 @@ mod tests {
         assert_eq!(least_by_scan(big, big / 2 + 1), Some(big));
         assert_eq!(least_by_scan(big, big / 2 - 5), Some(big / 2));
         assert_eq!(least_by_scan(big, big / 3 - 1), Some(big / 3));
+        // The largest stride there is (|i64::MIN|): twice it does not fit in 64 bits.
+        assert_eq!(least_by_scan(1 << 63, (1 << 62) + 1), Some(1 << 63));
+        assert_eq!(least_by_scan(1 << 63, 1 << 62), Some(1 << 62));
     }
 
     #[test]
