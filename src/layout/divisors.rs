@@ -508,12 +508,27 @@ mod tests {
         fn least(n: u64, bound: u64) -> u64 {
             (bound..=n).find(|d| n.is_multiple_of(*d)).unwrap()
         }
+        // What the scan reaches: the least divisor `d` itself within SCAN_STEPS of `bound`, or
+        // its cofactor within SCAN_STEPS of the largest one, or every cofactor (few of them).
+        fn reached(n: u64, bound: u64, d: u64) -> bool {
+            let most = n / bound;
+            bound > n / 2
+                || most <= SCAN_STEPS + 1
+                || d - bound < SCAN_STEPS
+                || most - n / d < SCAN_STEPS
+        }
         let (mut settled, mut declined) = (0, 0);
         for n in 1..=1500u64 {
             for bound in 1..=n {
-                match least_by_scan(n, bound) {
-                    Some(d) => {
-                        assert_eq!(d, least(n, bound), "least_by_scan({n}, {bound})");
+                let (d, found) = (least(n, bound), least_by_scan(n, bound));
+                assert_eq!(
+                    found.is_some(),
+                    reached(n, bound, d),
+                    "least_by_scan({n}, {bound})"
+                );
+                match found {
+                    Some(found) => {
+                        assert_eq!(found, d, "least_by_scan({n}, {bound})");
                         settled += 1;
                     }
                     None => declined += 1,
