@@ -482,6 +482,35 @@ mod tests {
     }
 
     #[test]
+    fn bounded_factorisations_multiply_back_coprime_at_every_budget() {
+        // Primes just past trial division, repeated, beside large ones: wherever the work runs
+        // out, what is kept whole must share no prime with what was split off.
+        let values = [
+            1031 * 1031 * 8_796_093_022_151,
+            1031 * 1033 * 1031 * 1033 * 1039,
+            1031 * 1033 * 1039 * 2_097_143,
+            1031u64.pow(3) * 1033 * 2_097_143,
+        ];
+        for n in values {
+            for budget in 0..=600 {
+                let (found, complete) = factors_within(n, Work(budget));
+                let product = found
+                    .iter()
+                    .fold(1u128, |acc, &(p, e)| acc * u128::from(p).pow(e));
+                assert_eq!(product, u128::from(n), "{n} with {budget}: {found:?}");
+                for (i, &(p, _)) in found.iter().enumerate() {
+                    for &(q, _) in &found[i + 1..] {
+                        assert_eq!(gcd(p, q), 1, "{n} with {budget}: {found:?}");
+                    }
+                }
+                if complete {
+                    assert_eq!(found, factors(n), "{n} with {budget}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn trial_division_by_inverses_agrees_with_division() {
         assert_eq!(TRIAL[0].prime, 3);
         assert_eq!(TRIAL[TRIAL_PRIMES - 1].prime, 1021);
