@@ -453,7 +453,16 @@ mod tests {
     #[test]
     fn bounded_factoring_keeps_what_it_cannot_split_whole_and_coprime() {
         let planner = |n| factors_within(n, Work::PLANNER);
-        // Real strides: trial division and a small rho settle them within the budget.
+        // Real strides: trial division and a short rho (primes past 1024, whose products
+        // exceed 2²⁰) settle them within the budget.
+        for n in [
+            1031 * 1033,
+            1031 * 1033 * 1039 * 1049,
+            10_007 * 10_009,
+            4 * 65_537 * 65_539,
+        ] {
+            assert_eq!(planner(n), (factors(n), true), "{n}");
+        }
         for n in [
             360,
             150_528,
