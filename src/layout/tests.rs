@@ -156,6 +156,20 @@ fn broadcast_and_overlap_need_copies_and_say_why() {
         plan(&overlap, IndexOrder::Producer, CopyPolicy::Never),
         Err(Error::CopyRequired { .. })
     ));
+    // The flat decision names the reason too, and only for a copy.
+    let request = ArrayRequest::new(Target::HostArray);
+    let mut flat = ArrayPlan::zeroed();
+    let decided = |d: &TensorDescriptor, flat: &mut ArrayPlan| decide(d, &request, flat).unwrap();
+    assert_eq!(
+        decided(&broadcast, &mut flat).reason(),
+        Some(CopyReason::ZeroStride)
+    );
+    assert_eq!(
+        decided(&overlap, &mut flat).reason(),
+        Some(CopyReason::NoNest)
+    );
+    let dense = descriptor(&[3, 4], &[4, 1], ElementType::Float32);
+    assert_eq!(decided(&dense, &mut flat).reason(), None);
 }
 
 #[test]
