@@ -5,6 +5,9 @@
 //!
 //! - validate + plan (`decide` into a flat plan, as an import does), ns per layout (C, F, permuted, stepped, reversed, sliced, size-1 dims,
 //!   (3, 1000003), (4, 2^28), 32 dims): what `from_dlpack` spends deciding before Julia wraps;
+//!   then adversarial strides a producer can choose (issue 30's, and up to 32 dims with last
+//!   strides rich in divisors, prime or semiprime), and the worst of them beside the worst
+//!   common layout;
 //! - copies of float32, float64, float16 and uint8 tensors of 1 KiB and 1 GiB (square for
 //!   float32 and uint8, twice as many columns as rows otherwise) into a fresh column-major buffer, on 1 and 2
 //!   rayon threads, per layout (column-major source = contiguous runs, row-major source = a
@@ -70,7 +73,7 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
     let mut shape = shape.to_vec();
     let mut strides = strides.to_vec();
     let tensor = DLTensor {
-        data: (1usize << 40) as *mut _,
+        data: (1usize << 61) as *mut _, // room below for negative strides
         device: DLDevice::CPU,
         ndim: shape.len() as i32,
         dtype: DLDataType::F32,
@@ -78,7 +81,8 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
         strides: strides.as_mut_ptr(),
         byte_offset: 0,
     };
-    const CALLS: u32 = 20_000;
+    // Batches of ~2 ms: 20000 calls of the common layouts, fewer of the adversarial ones.
+    let calls = calls_per_batch(&tensor);
     // What an import plans: a host array in the producer's order, a copy only if needed,
     // written into the caller's flat plan.
     let request = ArrayRequest::new(Target::HostArray);
@@ -89,13 +93,13 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
     let mut samples: Vec<f64> = (0..batches)
         .map(|_| {
             let start = Instant::now();
-            for _ in 0..CALLS {
+            for _ in 0..calls {
                 // SAFETY: shape and strides point into the vectors above, alive for the loop.
                 unsafe { d.validate_into(black_box(&tensor), None, DlpackFlags::empty()) }.unwrap();
                 black_box(decide(black_box(&d), black_box(&request), &mut out).unwrap());
                 black_box(&mut out);
             }
-            start.elapsed().as_secs_f64() * 1e9 / f64::from(CALLS)
+            start.elapsed().as_secs_f64() * 1e9 / f64::from(calls)
         })
         .collect();
     // The timed loop's last plan is read: LLVM has dropped planner work that no read needed.
@@ -109,6 +113,20 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
     // batch is slower only because something else ran.
     samples.sort_by(f64::total_cmp);
     samples[0]
+}
+
+/// How many validate + plan calls of `tensor` take about 2 ms (1 to 20000).
+fn calls_per_batch(tensor: &DLTensor) -> u32 {
+    let request = ArrayRequest::new(Target::HostArray);
+    let (mut d, mut out) = (TensorDescriptor::empty(), ArrayPlan::zeroed());
+    let start = Instant::now();
+    for _ in 0..10 {
+        // SAFETY: the caller's tensor points to its live shape and strides.
+        unsafe { d.validate_into(black_box(tensor), None, DlpackFlags::empty()) }.unwrap();
+        black_box(decide(black_box(&d), black_box(&request), &mut out).unwrap());
+    }
+    let each = start.elapsed().as_secs_f64() / 10.0;
+    (2e-3 / each).clamp(1.0, 20_000.0) as u32
 }
 
 /// Whether two flat plans say the same (their entries up to `ndims`).
@@ -133,7 +151,7 @@ fn same_plan(a: &ArrayPlan, b: &ArrayPlan) -> bool {
 }
 
 fn planner() {
-    println!("== validate + plan (ns per call, best of 15 batches of 20000)");
+    println!("== validate + plan (ns per call, best of 15 batches of ~2 ms)");
     let cube = [6i64 * 6, 6, 1];
     let layouts: Vec<(&str, Vec<i64>, Vec<i64>)> = vec![
         ("C-order (3, 4)", vec![3, 4], vec![4, 1]),
@@ -170,9 +188,159 @@ fn planner() {
     ];
     // `RSDLPACK_BENCH_LAYOUT=32` (any part of a name) plans only the matching layouts.
     let wanted = std::env::var("RSDLPACK_BENCH_LAYOUT").unwrap_or_default();
+    let mut common_worst = (0.0, String::new());
     for (name, shape, strides) in layouts.into_iter().filter(|l| l.0.contains(&wanted)) {
-        println!("{name:>32}: {:>6.0} ns", plan_ns(&shape, &strides));
+        let ns = plan_ns(&shape, &strides);
+        println!("{name:>32}: {ns:>9.0} ns");
+        if ns > common_worst.0 {
+            common_worst = (ns, name.to_string());
+        }
     }
+    println!("== validate + plan of adversarial strides (the least-parent search's worst cases)");
+    let mut worst = (0.0, String::new());
+    for (name, shape, strides) in adversarial().into_iter().filter(|l| l.0.contains(&wanted)) {
+        let ns = plan_ns(&shape, &strides);
+        println!("{name:>32}: {ns:>9.0} ns");
+        if ns > worst.0 {
+            worst = (ns, name);
+        }
+    }
+    println!(
+        "worst adversarial {:.0} ns ({}), worst common {:.0} ns ({}): {:.1}x",
+        worst.0,
+        worst.1,
+        common_worst.0,
+        common_worst.1,
+        worst.0 / common_worst.0
+    );
+}
+
+/// Layouts a producer can choose to make the least-parent search work hard: the cases of
+/// issue 30, and up to 32 dims last strides rich in divisors (the search's lattice), prime
+/// (factored by trial division and a primality test) or the product of two 30-bit primes
+/// (Pollard's rho), with faster strides that nest (the gcd chain holds) but not tightly.
+fn adversarial() -> Vec<(String, Vec<i64>, Vec<i64>)> {
+    let mut layouts = vec![
+        (
+            "issue 30: 8 dims".to_string(),
+            vec![3, 2, 3, 3, 2, 3, 2, 2],
+            vec![-90, 324000, 18, 2700, -3, 10800, 6, 224403121196654400],
+        ),
+        (
+            "issue 30: 4 dims".to_string(),
+            vec![3, 2, 2, 2],
+            vec![-2, -14, 32340, 224403121196654400],
+        ),
+        (
+            "issue 30: fuzzed 2×2×2×2".to_string(),
+            vec![2, 2, 2, 2],
+            vec![-103340120832, 65685564303840000, 486096, -3],
+        ),
+    ];
+    // 103680 divisors (the most of any value below 2⁶³ / 4), 24 prime factors; the second
+    // has 38 prime factors, enough for 32 nesting dims.
+    let rich: [(i64, &[(i64, u32)]); 2] = [
+        (
+            897612484786617600,
+            &[
+                (2, 8),
+                (3, 4),
+                (5, 2),
+                (7, 2),
+                (11, 1),
+                (13, 1),
+                (17, 1),
+                (19, 1),
+                (23, 1),
+                (29, 1),
+                (31, 1),
+                (37, 1),
+            ],
+        ),
+        (
+            10414962832834560,
+            &[
+                (2, 31),
+                (3, 1),
+                (5, 1),
+                (7, 1),
+                (11, 1),
+                (13, 1),
+                (17, 1),
+                (19, 1),
+            ],
+        ),
+    ];
+    for ndim in [2usize, 3, 4, 6, 8, 12, 16, 24, 32] {
+        let (last, primes) = if ndim <= 24 { rich[0] } else { rich[1] };
+        // Faster strides: the running products of the prime factors (each at least twice the
+        // one before, so the gcd chain nests; 4 is not a multiple of 3, so no chain is tight).
+        let factors: Vec<i64> = primes
+            .iter()
+            .flat_map(|&(p, e)| std::iter::repeat_n(p, e as usize))
+            .collect();
+        let mut strides: Vec<i64> = factors
+            .iter()
+            .scan(1i64, |product, &p| {
+                *product *= p;
+                Some(*product)
+            })
+            .take(ndim - 1)
+            .collect();
+        strides.push(last);
+        // Producer order: slowest first, every other stride negative.
+        strides.reverse();
+        for (k, s) in strides.iter_mut().enumerate() {
+            if k % 2 == 1 {
+                *s = -*s;
+            }
+        }
+        layouts.push((
+            format!("divisor-rich last, {ndim} dims"),
+            vec![2; ndim],
+            strides,
+        ));
+    }
+    // Lattices the search takes whole: 2162160 = 2⁴·3³·5·7·11·13 has 320 divisors, searched
+    // over two and three levels (640 and 960 of the 1024 cells the planner affords).
+    layouts.push((
+        "320 divisors, 3 dims".to_string(),
+        vec![2, 2, 2],
+        vec![2162160, 3, 1],
+    ));
+    layouts.push((
+        "320 divisors, 4 dims".to_string(),
+        vec![2, 2, 2, 2],
+        vec![2162160, 720, 3, 1],
+    ));
+    // 32 dims: strides 3⁰ … 3³⁰ and 3³², whose 33 divisors over 31 levels are 1023 cells.
+    layouts.push((
+        "33 divisors, 32 dims".to_string(),
+        vec![2; 32],
+        (0..32)
+            .rev()
+            .map(|k| 3i64.pow(k + u32::from(k == 31)))
+            .collect(),
+    ));
+    // 2⁶⁰ - 93 (prime), and 1073741789 · 1073741783.
+    let (prime, semiprime, p) = (1152921504606846883i64, 1152921423002469787i64, 1073741789);
+    layouts.push(("prime last, 2 dims".to_string(), vec![2, 3], vec![prime, 7]));
+    layouts.push((
+        "semiprime last, 2 dims".to_string(),
+        vec![2, 3],
+        vec![semiprime, 7],
+    ));
+    // [pq, p, 1]: the gcd chain nests through p (a semiprime has no longer chain).
+    layouts.push((
+        "semiprime last, 3 dims".to_string(),
+        vec![2, 3, 2],
+        vec![semiprime, p, 1],
+    ));
+    // Suffix gcds of 1 above the first link: refused as soon as the gcd chain is formed.
+    let mut strides: Vec<i64> = (0..31).rev().map(|k| 1i64 << k).collect();
+    strides.insert(0, prime);
+    layouts.push(("prime last, 32 dims".to_string(), vec![2; 32], strides));
+    layouts
 }
 
 /// The value of knob `name`, or "" (which every case name contains).

@@ -4,9 +4,10 @@
 #
 #   bash scripts/fuzz.sh [runs] [target ...]     # runs: default 10000000; targets: default all
 #
-# Needs nightly Rust and cargo-fuzz (`cargo install cargo-fuzz --locked`); the root build does
-# not. Logs go to fuzz/target/logs/<target>.log; the last line printed per target is libFuzzer's
-# final `#N DONE cov: … exec/s: …` line.
+# Needs nightly Rust (`rustup toolchain install nightly`) and cargo-fuzz (`cargo install
+# cargo-fuzz --locked`; checked below); the root build does not, and scripts/test.sh type-checks
+# the targets on stable. Logs go to fuzz/target/logs/<target>.log; the last line printed per
+# target is libFuzzer's final `#N DONE cov: … exec/s: …` line.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh" # the venv's Python: two targets embed CPython
 runs="${1:-10000000}"
 shift || true
@@ -20,6 +21,14 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-1}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
 # One job means one core: the copy engine's rayon pool too.
 export RAYON_NUM_THREADS="${RAYON_NUM_THREADS:-1}"
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    echo "scripts/fuzz.sh needs a nightly toolchain: rustup toolchain install nightly" >&2
+    exit 1
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "scripts/fuzz.sh needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2
+    exit 1
+fi
 cd "$ROOT/fuzz"
 mkdir -p target/logs
 for target in "${targets[@]}"; do

@@ -2,7 +2,8 @@
 # The whole test suite: Rust core, Python bridge against real NumPy/JAX (embedded and through
 # ctypes), the C header (current, and its Julia and ctypes mirrors), the module layering of the
 # core and the bridges (no cycles), a simulated Pkg install from a read-only copy, the jlrs
-# bridge type-check, every .jl file parsed and linted, and the Julia suite where Julia is.
+# bridge type-check, the fuzz targets type-checked, every .jl file parsed and linted, and the
+# Julia suite where Julia is.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 
@@ -11,6 +12,10 @@ cargo fmt --all --check
 cargo fmt --manifest-path bridges/julia/Cargo.toml --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo clippy --quiet --workspace --all-targets --features rsdlpack-python/embed -- -D warnings
+
+echo "== fuzz targets: type-checked on stable (cargo fuzz runs them on nightly, scripts/fuzz.sh)"
+# Outside the workspace, so nothing above compiles them; a change that breaks a target fails here.
+cargo check --quiet --manifest-path fuzz/Cargo.toml --all-targets
 
 echo "== C header: the Julia and ctypes mirrors against include/rsdlpack.h (the header itself: cargo test, c_header)"
 "$VENV/bin/python" scripts/check_mirrors.py

@@ -538,15 +538,21 @@ fn is_row_major_compact(shape: &[i64], strides: &[i64]) -> bool {
         .all(|((c, s), &n)| n <= 1 || c == s)
 }
 
-/// The product of `shape`: 0 as soon as one dimension is 0, `None` on overflow. Dimensions
-/// are non-negative (checked before).
+/// The product of `shape`: 0 as soon as one dimension is 0, `None` past `isize::MAX` (a
+/// consumer counts elements in a signed 64-bit integer; packed sub-byte elements would
+/// otherwise fit more of them than that in `isize::MAX` bytes). Dimensions are non-negative
+/// (checked before).
 fn element_count(shape: &[i64]) -> Option<usize> {
     let (mut product, mut empty) = (Some(1usize), false);
     for &d in shape {
         empty |= d == 0;
         product = product.and_then(|p| p.checked_mul(d as usize));
     }
-    if empty { Some(0) } else { product }
+    if empty {
+        Some(0)
+    } else {
+        product.filter(|&p| p <= isize::MAX as usize)
+    }
 }
 
 /// Bytes `elements` take densely, if that fits in `isize`.
@@ -892,6 +898,125 @@ mod tests {
             ),
             "9·2⁶¹ bytes exceed isize::MAX"
         );
+    }
+
+    #[test]
+    fn packed_subbyte_element_counts_past_isize_are_refused() {
+        // Their bytes fit in isize (3·2⁶¹ and isize::MAX itself), their counts do not: a
+        // consumer's int64 element count would overflow, negative for the second.
+        let fp4 = DLDataType::scalar(DLDataTypeCode::FLOAT4_E2M1FN, 4);
+        for (shape, strides) in [([3, 1 << 62], [1 << 62, 1]), ([i64::MAX, 2], [2, 1])] {
+            let refused = check(
+                &raw(&shape, Some(&strides), 64, fp4),
+                Some((1, 3)),
+                DlpackFlags::empty(),
+            );
+            assert!(
+                matches!(refused, Err(Error::ExtentOverflow { .. })),
+                "{shape:?}: {refused:?}"
+            );
+            let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
+            assert!(
+                matches!(
+                    compact_byte_size(fp4, &shape),
+                    Err(Error::ExtentOverflow { .. })
+                ),
+                "{shape:?}"
+            );
+        }
+        let largest = check(
+            &raw(&[i64::MAX, 1], Some(&[1, 1]), 64, fp4),
+            Some((1, 3)),
+            DlpackFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!(largest.element_count(), isize::MAX as usize);
+    }
+
+    #[test]
+    fn negative_dims_are_refused_and_named_whatever_precedes_them() {
+        // Two negative dims, a zero before them (which would make the tensor empty), a zero
+        // before one: the first negative one is named, by validation and by the allocators' size.
+        for (shape, axis, value) in [
+            (&[0, -1, -1][..], 1, -1),
+            (&[0, -1][..], 1, -1),
+            (&[-3, -1][..], 0, -3),
+            (&[2, 0, -5][..], 2, -5),
+        ] {
+            let strides = vec![1; shape.len()];
+            let refused = check(
+                &raw(shape, Some(&strides), 64, F32),
+                None,
+                DlpackFlags::empty(),
+            );
+            assert!(
+                matches!(refused, Err(Error::NegativeDimension { axis: a, value: v }) if (a, v) == (axis, value)),
+                "{shape:?}: {refused:?}"
+            );
+            assert!(
+                matches!(compact_byte_size(ElementType::Float32, shape), Err(Error::NegativeDimension { axis: a, value: v }) if (a, v) == (axis, value)),
+                "{shape:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn julia_layouts_of_32_dims_are_described_and_of_33_refused() {
+        let julia = |ndim: usize| {
+            TensorDescriptor::from_julia_layout(
+                64,
+                Device::CPU,
+                ElementType::Float32,
+                &vec![2; ndim],
+                &(0..ndim).map(|k| 1isize << k).collect::<Vec<_>>(),
+                IndexOrder::Reversed,
+            )
+        };
+        let widest = julia(MAX_NDIM).unwrap();
+        assert_eq!((widest.ndim(), widest.element_count()), (32, 1 << 32));
+        assert_eq!(widest.strides()[0], 1 << 31, "reversed");
+        assert!(matches!(
+            julia(MAX_NDIM + 1),
+            Err(Error::BadRank { ndim: 33, max: 32 })
+        ));
+    }
+
+    #[test]
+    fn compact_layouts_in_either_order_and_the_properties_restated() {
+        let f32 = ElementType::Float32;
+        let rows = TensorDescriptor::compact(64, Device::CPU, f32, &[2, 3], true).unwrap();
+        assert_eq!(rows.strides(), [3, 1]);
+        assert!(rows.is_row_major_compact());
+        let columns = TensorDescriptor::compact(64, Device::CPU, f32, &[2, 3], false).unwrap();
+        assert!(!columns.is_row_major_compact());
+        // Size-1 dims may carry any stride; others may not.
+        let r = raw(&[2, 1, 3], Some(&[3, 99, 1]), 64, F32);
+        assert!(
+            check(&r, None, DlpackFlags::empty())
+                .unwrap()
+                .is_row_major_compact()
+        );
+        let r = raw(&[2, 3], Some(&[4, 1]), 64, F32);
+        assert!(
+            !check(&r, None, DlpackFlags::empty())
+                .unwrap()
+                .is_row_major_compact()
+        );
+
+        let v = |minor| DLPackVersion { major: 1, minor };
+        let d = check(
+            &raw(&[2, 3], Some(&[3, 1]), 64, F32),
+            Some((1, 3)),
+            DlpackFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!(d.version(), Some(v(3)));
+        assert_eq!(d.with_version(Some(v(1))).version(), Some(v(1)));
+        assert_eq!(d.with_version(None).version(), None);
+        assert!(d.with_is_copied(true).is_copied());
+        assert!(!d.with_is_copied(true).with_is_copied(false).is_copied());
+        let moved = d.with_is_copied(false).moved_to(128, Device::CPU).unwrap();
+        assert_eq!((moved.version(), moved.is_copied()), (None, true));
     }
 
     #[test]

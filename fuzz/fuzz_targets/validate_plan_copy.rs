@@ -368,6 +368,9 @@ fn check(input: &Input) {
     let dense = d.dense_byte_size();
     let (low, high) = d.byte_span();
     assert!(dense <= isize::MAX as usize);
+    // As documented: an element count beyond isize::MAX is refused, even where packed
+    // sub-byte elements would fit in fewer bytes (a consumer's int64 count would overflow).
+    assert!(count <= isize::MAX as usize, "{count} elements accepted");
     if count == 0 {
         assert_eq!((low, high), (0, 0));
     } else {
@@ -392,8 +395,9 @@ fn check(input: &Input) {
 }
 
 /// Whether the input is a plain packed fp4/fp6 host tensor (compact row-major strides, no
-/// flags, non-null data) whose exact byte size, counted in 128 bits, is within `isize::MAX` and
-/// the address space: validation must accept it, however large `elements × bits` is.
+/// flags, non-null data) whose element count and exact byte size, counted in 128 bits, are
+/// within `isize::MAX` and the address space: validation must accept it, however large
+/// `elements × bits` is.
 fn packed_within_limits(input: &Input, raw: &Raw, first_element: u128) -> bool {
     let bits = match input.dtype {
         Dtype::Fp4 => 4u128,
@@ -427,7 +431,7 @@ fn packed_within_limits(input: &Input, raw: &Raw, first_element: u128) -> bool {
     else {
         return false;
     };
-    elements.is_some_and(|e| e <= usize::MAX as u128)
+    elements.is_some_and(|e| e <= isize::MAX as u128)
         && bytes <= isize::MAX as u128
         && first_element + bytes <= usize::MAX as u128
 }
@@ -518,7 +522,7 @@ fn check_plans(d: &TensorDescriptor, order: IndexOrder) {
         }
         (Err(Error::Misaligned { .. }), Ok(LayoutPlan::Copy { dims: c, reason })) => {
             assert!(!d.is_aligned());
-            assert_eq!(*reason, rsdlpack::layout::MISALIGNED);
+            assert_eq!(*reason, rsdlpack::layout::CopyReason::Misaligned);
             assert_eq!(c[..], dims[..]);
         }
         (Err(Error::CopyRequired { .. }), Ok(LayoutPlan::Copy { dims: c, .. })) => {

@@ -2,10 +2,11 @@
 //!
 //! The least divisor above a bound is first sought by a short scan ([`least_by_scan`]), which
 //! settles the slices and steps of real arrays without factoring anything.
-//! A stride is factored by trial division of its small primes, and whatever large cofactor
-//! remains by Miller–Rabin (deterministic for 64-bit values with the first twelve primes as
-//! bases) and Pollard's rho in Brent's form. Real strides are products of small extents and
-//! stop after a few divisions; hostile ones cost at most a few milliseconds.
+//! A stride is factored by trial division of its small primes (multiplications by their
+//! inverses), and whatever large cofactor remains by Pollard's rho in Brent's form, within a
+//! work budget ([`Work`]) shared with the search: real strides are products of small extents
+//! and stop after a few trials; a hostile one (two 30-bit primes) keeps a composite factor
+//! whole, and the search then finds the least parent among the divisors it can form.
 
 /// Candidates [`least_by_scan`] tries each way before it gives up.
 const SCAN_STEPS: u64 = 8;
@@ -50,7 +51,8 @@ pub(crate) fn least_and_cofactor_by_scan(n: u64, bound: u64) -> Option<(u64, u64
     (most - 1 <= SCAN_STEPS).then_some((n, 1))
 }
 
-/// A prime factor and its exponent.
+/// A prime factor and its exponent (or, where the work ran out, a factor [`factor`] could not
+/// split: see there).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct PrimePower {
     pub prime: u64,
@@ -63,38 +65,145 @@ pub(crate) const MAX_PRIMES: usize = 15;
 /// Trial division stops below this; a cofactor below its square is prime.
 const TRIAL_LIMIT: u64 = 1 << 10;
 
-/// The prime factorisation of `n ≥ 1`, primes ascending, into `out`; returns how many.
-pub(crate) fn factor(mut n: u64, out: &mut [PrimePower; MAX_PRIMES]) -> usize {
+/// The odd primes below [`TRIAL_LIMIT`].
+const TRIAL_PRIMES: usize = 171;
+
+/// An odd prime with its inverse modulo 2⁶⁴ and `⌊(2⁶⁴ - 1) / prime⌋`: `n` is a multiple of
+/// `prime` exactly when `n · inverse` (wrapping) is at most that, and is then `n / prime` —
+/// one multiplication where a 64-bit division costs tens of cycles.
+#[derive(Clone, Copy)]
+struct TrialPrime {
+    prime: u64,
+    inverse: u64,
+    most: u64,
+}
+
+static TRIAL: [TrialPrime; TRIAL_PRIMES] = trial_primes();
+
+const fn trial_primes() -> [TrialPrime; TRIAL_PRIMES] {
+    let mut out = [TrialPrime {
+        prime: 0,
+        inverse: 0,
+        most: 0,
+    }; TRIAL_PRIMES];
+    let (mut count, mut candidate) = (0, 3u64);
+    while candidate < TRIAL_LIMIT {
+        let mut d = 3;
+        while d * d <= candidate && candidate % d != 0 {
+            d += 2;
+        }
+        if d * d > candidate {
+            // Newton's iteration doubles the correct low bits; an odd value is its own
+            // inverse modulo 8, so five steps reach 64 bits.
+            let mut inverse = candidate;
+            let mut step = 0;
+            while step < 5 {
+                inverse = inverse.wrapping_mul(2u64.wrapping_sub(candidate.wrapping_mul(inverse)));
+                step += 1;
+            }
+            out[count] = TrialPrime {
+                prime: candidate,
+                inverse,
+                most: u64::MAX / candidate,
+            };
+            count += 1;
+        }
+        candidate += 2;
+    }
+    assert!(count == TRIAL_PRIMES);
+    out
+}
+
+/// What the factoring and the least-parent search may spend, in units of about 8 ns on this
+/// kind of machine (a divisor of the lattice searched at one level, or half a step of
+/// Pollard's rho): with trial division, planning any layout then stays near 10 µs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Work(pub u32);
+
+impl Work {
+    /// The planner's budget: lattices of up to 1024 divisor-levels (2162160's 320 divisors
+    /// over three links, say) and factors up to ~2¹⁶ beyond trial division are searched whole.
+    pub(crate) const PLANNER: Self = Self(1024);
+
+    /// No bound: factors are proven prime (Miller–Rabin: some 800 multiplications, which a
+    /// bounded budget never affords) and every lattice is searched. For the tests' oracle.
+    #[cfg(test)]
+    pub(crate) const UNBOUNDED: Self = Self(u32::MAX);
+
+    fn is_unbounded(self) -> bool {
+        self.0 == u32::MAX
+    }
+
+    /// Takes `units`, if that many are left.
+    pub(crate) fn take(&mut self, units: u64) -> bool {
+        if self.is_unbounded() {
+            return true;
+        }
+        match u32::try_from(units)
+            .ok()
+            .and_then(|u| self.0.checked_sub(u))
+        {
+            Some(left) => {
+                self.0 = left;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A factorisation, primes ascending, and whether it is complete. When `work` runs out before
+/// Pollard's rho splits what trial division left, that cofactor is kept whole as one factor:
+/// a prime, or a composite all of whose primes exceed [`TRIAL_LIMIT`] and which is coprime to
+/// every other factor, so that the divisors [`fill`] forms from the list are still divisors
+/// (only not all of them) and [`Exponents::dividing`] still tests divisibility by them.
+pub(crate) struct Factored {
+    pub count: usize,
+    /// Every factor is known to be prime (or below the square of [`TRIAL_LIMIT`]).
+    pub complete: bool,
+}
+
+/// The prime factorisation of `n ≥ 1` into `out`, within `work` (see [`Factored`]).
+pub(crate) fn factor(mut n: u64, out: &mut [PrimePower; MAX_PRIMES], work: &mut Work) -> Factored {
     debug_assert!(n >= 1);
     let mut count = 0;
-    let mut push = |prime: u64, exponent: u32, out: &mut [PrimePower; MAX_PRIMES]| match out
-        [..count]
-        .iter_mut()
-        .find(|p| p.prime == prime)
-    {
-        Some(existing) => existing.exponent += exponent,
-        None => {
-            out[count] = PrimePower { prime, exponent };
-            count += 1;
+    let push = |prime: u64,
+                exponent: u32,
+                out: &mut [PrimePower; MAX_PRIMES],
+                count: &mut usize| {
+        match out[..*count].iter_mut().find(|p| p.prime == prime) {
+            Some(existing) => existing.exponent += exponent,
+            None => {
+                out[*count] = PrimePower { prime, exponent };
+                *count += 1;
+            }
         }
     };
     let twos = n.trailing_zeros();
     if twos > 0 {
-        push(2, twos, out);
+        push(2, twos, out, &mut count);
         n >>= twos;
     }
-    let mut d = 3;
-    while d < TRIAL_LIMIT && d * d <= n {
+    for trial in &TRIAL {
+        if trial.prime * trial.prime > n {
+            break;
+        }
         let mut exponent = 0;
-        while n.is_multiple_of(d) {
-            n /= d;
+        loop {
+            let quotient = n.wrapping_mul(trial.inverse);
+            if quotient > trial.most {
+                break;
+            }
+            n = quotient;
             exponent += 1;
         }
         if exponent > 0 {
-            push(d, exponent, out);
+            push(trial.prime, exponent, out, &mut count);
         }
-        d += 2;
     }
+    // What Pollard's rho could not split, multiplied together: one factor, coprime to the rest
+    // once the primes it found are divided out of it.
+    let mut unsplit = 1u64;
     if n > 1 {
         let mut stack = [0u64; 64];
         let mut depth = 0;
@@ -103,18 +212,33 @@ pub(crate) fn factor(mut n: u64, out: &mut [PrimePower; MAX_PRIMES]) -> usize {
         while depth > 0 {
             depth -= 1;
             let m = stack[depth];
-            if m < TRIAL_LIMIT * TRIAL_LIMIT || is_prime(m) {
-                push(m, 1, out);
-            } else {
-                let split = pollard_brent(m);
+            if m < TRIAL_LIMIT * TRIAL_LIMIT || (work.is_unbounded() && is_prime(m)) {
+                push(m, 1, out, &mut count);
+            } else if let Some(split) = pollard_brent(m, work) {
                 stack[depth] = split;
                 stack[depth + 1] = m / split;
                 depth += 2;
+            } else {
+                unsplit *= m; // a product of factors of n
             }
         }
     }
+    if unsplit > 1 {
+        for p in &mut out[..count] {
+            while unsplit.is_multiple_of(p.prime) {
+                unsplit /= p.prime;
+                p.exponent += 1;
+            }
+        }
+    }
+    if unsplit > 1 {
+        push(unsplit, 1, out, &mut count);
+    }
     out[..count].sort_unstable_by_key(|p| p.prime);
-    count
+    Factored {
+        count,
+        complete: unsplit == 1,
+    }
 }
 
 fn mul_mod(a: u64, b: u64, m: u64) -> u64 {
@@ -134,7 +258,8 @@ fn pow_mod(mut base: u64, mut exponent: u64, m: u64) -> u64 {
     result
 }
 
-/// Deterministic Miller–Rabin for odd `n` with no factor below [`TRIAL_LIMIT`].
+/// Deterministic Miller–Rabin for odd `n` with no factor below [`TRIAL_LIMIT`]: only where the
+/// work is unbounded (a bounded factoring needs no primality test, see [`Factored`]).
 fn is_prime(n: u64) -> bool {
     let odd = n - 1;
     let shift = odd.trailing_zeros();
@@ -156,14 +281,18 @@ fn is_prime(n: u64) -> bool {
         })
 }
 
-/// A nontrivial factor of the odd composite `n` (Pollard's rho, Brent's cycle finding).
-fn pollard_brent(n: u64) -> u64 {
-    for c in 1.. {
+/// A nontrivial factor of the odd `n` (Pollard's rho, Brent's cycle finding), unless `work`
+/// runs out first, as it does for a prime `n`: two units a step.
+fn pollard_brent(n: u64, work: &mut Work) -> Option<u64> {
+    for c in 1..n {
         let step = |x: u64| (mul_mod(x, x, n) + c) % n;
         let (mut x, mut y, mut product) = (2u64, 2u64, 1u64);
         let mut power = 1u64;
         let mut steps = 0u64;
         loop {
+            if !work.take(2) {
+                return None;
+            }
             if steps == power {
                 x = y;
                 power <<= 1;
@@ -178,12 +307,12 @@ fn pollard_brent(n: u64) -> u64 {
                     break; // this constant cycles without splitting: try the next
                 }
                 if g > 1 {
-                    return g;
+                    return Some(g);
                 }
             }
         }
     }
-    unreachable!("some constant splits every odd composite")
+    None
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -272,13 +401,20 @@ impl Exponents {
 mod tests {
     use super::*;
 
-    fn factors(n: u64) -> Vec<(u64, u32)> {
+    fn factors_within(n: u64, mut work: Work) -> (Vec<(u64, u32)>, bool) {
         let mut out = [PrimePower {
             prime: 0,
             exponent: 0,
         }; MAX_PRIMES];
-        let count = factor(n, &mut out);
-        out[..count].iter().map(|p| (p.prime, p.exponent)).collect()
+        let found = factor(n, &mut out, &mut work);
+        let list = out[..found.count].iter().map(|p| (p.prime, p.exponent));
+        (list.collect(), found.complete)
+    }
+
+    fn factors(n: u64) -> Vec<(u64, u32)> {
+        let (list, complete) = factors_within(n, Work::UNBOUNDED);
+        assert!(complete, "{n}");
+        list
     }
 
     #[test]
@@ -315,16 +451,122 @@ mod tests {
     }
 
     #[test]
+    fn bounded_factoring_keeps_what_it_cannot_split_whole_and_coprime() {
+        let planner = |n| factors_within(n, Work::PLANNER);
+        // Real strides: trial division and a short rho (primes past 1024, whose products
+        // exceed 2²⁰) settle them within the budget.
+        for n in [
+            1031 * 1033,
+            1031 * 1033 * 1039 * 1049,
+            10_007 * 10_009,
+            4 * 65_537 * 65_539,
+        ] {
+            assert_eq!(planner(n), (factors(n), true), "{n}");
+        }
+        for n in [
+            360,
+            150_528,
+            2_162_160,
+            1_000_003,
+            3 * 1_000_003,
+            1009 * 1013 * 4,
+            65_537 * 3,
+        ] {
+            assert_eq!(planner(n), (factors(n), true), "{n}");
+        }
+        // A 60-bit prime and two 32-bit primes: no split within the budget, kept whole.
+        let prime = 1_152_921_504_606_846_883u64;
+        assert_eq!(planner(prime), (vec![(prime, 1)], false));
+        let semiprime = 4_294_967_291u64 * 4_294_967_279;
+        assert_eq!(planner(semiprime), (vec![(semiprime, 1)], false));
+        // With small primes around it: those split off, the rest stays one coprime factor.
+        let (list, complete) = planner(12 * 1_073_741_789 * 1_073_741_783);
+        assert_eq!(list, [(2, 2), (3, 1), (1_073_741_789 * 1_073_741_783, 1)]);
+        assert!(!complete);
+        // Spent work is spent: nothing is left for the next stride.
+        let mut work = Work::PLANNER;
+        let mut out = [PrimePower::default(); MAX_PRIMES];
+        factor(semiprime, &mut out, &mut work);
+        assert!(work.0 < 2, "{work:?}");
+    }
+
+    #[test]
+    fn bounded_factorisations_multiply_back_coprime_at_every_budget() {
+        // Primes just past trial division, repeated, beside large ones: wherever the work runs
+        // out, what is kept whole must share no prime with what was split off.
+        let values = [
+            1031 * 1031 * 8_796_093_022_151,
+            1031 * 1033 * 1031 * 1033 * 1039,
+            1031 * 1033 * 1039 * 2_097_143,
+            1031u64.pow(3) * 1033 * 2_097_143,
+        ];
+        for n in values {
+            for budget in 0..=600 {
+                let (found, complete) = factors_within(n, Work(budget));
+                let product = found
+                    .iter()
+                    .fold(1u128, |acc, &(p, e)| acc * u128::from(p).pow(e));
+                assert_eq!(product, u128::from(n), "{n} with {budget}: {found:?}");
+                for (i, &(p, _)) in found.iter().enumerate() {
+                    for &(q, _) in &found[i + 1..] {
+                        assert_eq!(gcd(p, q), 1, "{n} with {budget}: {found:?}");
+                    }
+                }
+                if complete {
+                    assert_eq!(found, factors(n), "{n} with {budget}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn trial_division_by_inverses_agrees_with_division() {
+        assert_eq!(TRIAL[0].prime, 3);
+        assert_eq!(TRIAL[TRIAL_PRIMES - 1].prime, 1021);
+        for trial in &TRIAL {
+            assert_eq!(
+                trial.prime.wrapping_mul(trial.inverse),
+                1,
+                "{}",
+                trial.prime
+            );
+            for n in (0..2000u64).chain(u64::MAX - 2000..=u64::MAX) {
+                let quotient = n.wrapping_mul(trial.inverse);
+                let divides = quotient <= trial.most;
+                assert_eq!(divides, n % trial.prime == 0, "{n} by {}", trial.prime);
+                if divides {
+                    assert_eq!(quotient, n / trial.prime);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_scan_finds_the_least_divisor_or_declines() {
         fn least(n: u64, bound: u64) -> u64 {
             (bound..=n).find(|d| n.is_multiple_of(*d)).unwrap()
         }
+        // What the scan reaches: the least divisor `d` itself within SCAN_STEPS of `bound`, or
+        // its cofactor within SCAN_STEPS of the largest one, or every cofactor (few of them).
+        fn reached(n: u64, bound: u64, d: u64) -> bool {
+            let most = n / bound;
+            bound > n / 2
+                || most <= SCAN_STEPS + 1
+                || d - bound < SCAN_STEPS
+                || most - n / d < SCAN_STEPS
+        }
         let (mut settled, mut declined) = (0, 0);
-        for n in 1..=3000u64 {
+        for n in 1..=1500u64 {
             for bound in 1..=n {
-                match least_by_scan(n, bound) {
-                    Some(d) => {
-                        assert_eq!(d, least(n, bound), "least_by_scan({n}, {bound})");
+                let (d, found) = (least(n, bound), least_by_scan(n, bound));
+                assert_eq!(
+                    found.is_some(),
+                    reached(n, bound, d),
+                    "least_by_scan({n}, {bound})"
+                );
+                match found {
+                    Some(found) => {
+                        assert_eq!(found, d, "least_by_scan({n}, {bound})");
                         settled += 1;
                     }
                     None => declined += 1,
@@ -347,6 +589,9 @@ mod tests {
         assert_eq!(least_by_scan(big, big / 2 + 1), Some(big));
         assert_eq!(least_by_scan(big, big / 2 - 5), Some(big / 2));
         assert_eq!(least_by_scan(big, big / 3 - 1), Some(big / 3));
+        // The largest stride there is (|i64::MIN|): twice it does not fit in 64 bits.
+        assert_eq!(least_by_scan(1 << 63, (1 << 62) + 1), Some(1 << 63));
+        assert_eq!(least_by_scan(1 << 63, 1 << 62), Some(1 << 62));
     }
 
     #[test]

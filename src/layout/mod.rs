@@ -31,8 +31,9 @@
 //! many bytes that is.
 //!
 //! Planning takes O(ndim²) steps (sorting ≤ 32 dimensions; no loop depends on extent values)
-//! and allocates nothing when the parent can end at the last element; otherwise the least
-//! parent is searched among the divisors of the largest stride ([`divisors`]). It writes its
+//! and allocates nothing; when the parent cannot end at the last element, the least parent is
+//! searched among the divisors of the largest stride ([`divisors`]), within a work bound that
+//! keeps any layout's plan near 10 µs (see [`nest`]). It writes its
 //! answer once, into the caller's [`ArrayPlan`] ([`decide`]); [`LayoutPlan`] is the same answer
 //! in readable form.
 

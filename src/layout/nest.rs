@@ -24,11 +24,17 @@
 //! ([`super::divisors`]). What the parent then claims beyond the tensor is
 //! [`super::ViewPlan::parent_overhang`]: nothing exactly when the tight chain is admissible.
 //!
+//! A producer chooses the strides, so the search is bounded ([`Work::PLANNER`], ~8 µs): a
+//! last stride with tens of thousands of divisors would otherwise cost milliseconds per
+//! import. Past the bound the planner keeps the gcd chain (or the least chain among the
+//! divisors a partial factorisation forms): still a view, its parent perhaps larger than the
+//! least. Real strides, products of small extents, stay far inside it.
+//!
 //! Every product and sum is checked: an overflow means no parent fits in 64 bits, which the
 //! caller reports as "copy needed".
 
 use super::CopyReason;
-use super::divisors::{self, Exponents, MAX_PRIMES, PrimePower};
+use super::divisors::{self, Exponents, MAX_PRIMES, PrimePower, Work};
 use crate::dims::MAX_NDIM;
 
 /// A varying dimension: its length (≥ 2) and |stride| (≥ 1), in elements.
@@ -47,26 +53,54 @@ pub(crate) fn nest(links: &[Link], out: &mut [u64]) -> Result<(), CopyReason> {
 
 /// [`nest`], returning the last link's step in its parent dim (its stride over the last parent
 /// stride; 1 with no links): the search mostly finds it as a by-product, sparing the caller a
-/// division.
+/// division. Within the planner's [`Work`]: see [`nest_within`].
 pub(crate) fn nest_with_last_step(links: &[Link], out: &mut [u64]) -> Result<u64, CopyReason> {
+    nest_within(links, out, Work::PLANNER).map(|nested| nested.step)
+}
+
+/// What [`nest_within`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Nested {
+    /// The last link's step in its parent dim.
+    pub step: u64,
+    /// Whether the parent is the least (else the work ran out first, and it is the gcd chain or
+    /// the least among the divisors a partial factorisation forms).
+    pub least: bool,
+}
+
+/// [`nest_with_last_step`] spending at most `work` on the least parent's search. Whether a
+/// parent exists is never traded: the gcd chain settles that in O(links) steps, and when the
+/// search would cost more than `work`, the gcd chain (admissible, not always least) is the
+/// answer.
+pub(crate) fn nest_within(
+    links: &[Link],
+    out: &mut [u64],
+    mut work: Work,
+) -> Result<Nested, CopyReason> {
     debug_assert_eq!(links.len(), out.len());
     if let [first, last] = *links {
-        return nest_two(first, last, out);
+        return nest_two(first, last, out, &mut work);
     }
     if let Some(step) = tight_chain(links, out) {
-        return Ok(step);
+        return Ok(Nested { step, least: true });
     }
     gcd_chain(links, out).ok_or(CopyReason::NoNest)?;
-    lower_the_last_stride(links, out);
-    Ok(links
+    let least = lower_the_last_stride(links, out, &mut work);
+    let step = links
         .last()
-        .map_or(1, |last| last.stride / out[links.len() - 1]))
+        .map_or(1, |last| last.stride / out[links.len() - 1]);
+    Ok(Nested { step, least })
 }
 
 /// Two links (a stepped 2-d view): `P = [1, d]` for the least divisor `d` of the second stride
 /// that holds the first link's range. The tight chain is that divisor when admissible, and the
 /// gcd chain holds exactly when the second stride does, so one scan settles all three steps.
-fn nest_two(first: Link, last: Link, out: &mut [u64]) -> Result<u64, CopyReason> {
+fn nest_two(
+    first: Link,
+    last: Link,
+    out: &mut [u64],
+    work: &mut Work,
+) -> Result<Nested, CopyReason> {
     let bound = (first.len - 1)
         .checked_mul(first.stride)
         .and_then(|reach| reach.checked_add(1))
@@ -75,11 +109,14 @@ fn nest_two(first: Link, last: Link, out: &mut [u64]) -> Result<u64, CopyReason>
     out[0] = 1;
     if let Some((divisor, step)) = divisors::least_and_cofactor_by_scan(last.stride, bound) {
         out[1] = divisor;
-        return Ok(step);
+        return Ok(Nested { step, least: true });
     }
     out[1] = last.stride;
-    lower_by_divisors(&[first, last], bound, out);
-    Ok(last.stride / out[1])
+    let least = lower_by_divisors(&[first, last], bound, out, work);
+    Ok(Nested {
+        step: last.stride / out[1],
+        least,
+    })
 }
 
 /// The chain that ends the parent at the tensor's last element, if admissible, and the last
@@ -125,7 +162,8 @@ fn gcd_chain(links: &[Link], out: &mut [u64]) -> Option<()> {
 }
 
 /// Replaces the gcd chain in `out` (whose last stride is the last link's) by the chain with
-/// the least last stride (see the module docs).
+/// the least last stride (see the module docs), if `work` allows; returns whether `out` is then
+/// the least.
 ///
 /// `P_last` is a divisor of the last stride at least `1 + Σ (nⱼ - 1)·sⱼ` over the other links:
 /// the least such divisor is a lower bound, reached at once when it is the stride itself (the
@@ -133,39 +171,65 @@ fn gcd_chain(links: &[Link], out: &mut [u64]) -> Option<()> {
 /// take [`nest_two`] and never come here).
 /// A short scan finds that divisor for real strides; the rest factor the stride, and a
 /// [`Lattice`] search finds the least chain.
-fn lower_the_last_stride(links: &[Link], out: &mut [u64]) {
+fn lower_the_last_stride(links: &[Link], out: &mut [u64], work: &mut Work) -> bool {
     let Some((last, faster)) = links.split_last() else {
-        return;
+        return true;
     };
+    // The gcd chain holds, so this sum neither overflows nor exceeds the last stride: it is
+    // the chain's `P_last ≥ P_last-1 + (n - 1)·s ≥ …` summed, each step checked there.
     let Some(bound) = faster.iter().try_fold(1u64, |sum, link| {
         (link.len - 1).checked_mul(link.stride)?.checked_add(sum)
     }) else {
-        return;
+        return true;
     };
-    if bound > last.stride {
-        return;
-    }
+    debug_assert!(bound <= last.stride, "{links:?}");
     match divisors::least_and_cofactor_by_scan(last.stride, bound).map(|(lowest, _)| lowest) {
-        Some(lowest) if lowest == last.stride => {}
-        _ => lower_by_divisors(links, bound, out),
+        Some(lowest) if lowest == last.stride => true,
+        _ => lower_by_divisors(links, bound, out, work),
     }
 }
 
-/// Divisor lattices up to this size are searched in stack arrays; larger ones on the heap.
-const STACK_DIVISORS: usize = 64;
-
 /// [`lower_the_last_stride`] over the last stride's factored divisors, for what the scan left
-/// open. Kept out of line: its stack arrays would otherwise burden every plan's frame.
+/// open, if `work` affords the factoring and a lattice of `width × (links - 1)` cells (else
+/// `out` is kept); returns whether `out` is then the least. Kept out of line: its stack
+/// arrays would otherwise burden every plan's frame.
 #[inline(never)]
-fn lower_by_divisors(links: &[Link], bound: u64, out: &mut [u64]) {
+fn lower_by_divisors(links: &[Link], bound: u64, out: &mut [u64], work: &mut Work) -> bool {
     let last = links[links.len() - 1];
     let mut primes = [PrimePower::default(); MAX_PRIMES];
-    let count = divisors::factor(last.stride, &mut primes);
-    let primes = &primes[..count];
+    let factored = divisors::factor(last.stride, &mut primes, work);
+    let primes = &primes[..factored.count];
     let width = divisors::count(primes);
-    let (mut values, mut least) = ([0u64; STACK_DIVISORS], [0u64; STACK_DIVISORS]);
+    let levels = links.len() - 1;
+    if !work.take((width as u64).saturating_mul(levels as u64)) {
+        return false;
+    }
+    // Small lattices (real strides') in small arrays: zeroing the large ones would cost more
+    // than their search.
+    const MOST: usize = Work::PLANNER.0 as usize;
+    if width <= 64 {
+        lower_among::<64, MAX_NDIM>(links, bound, primes, out);
+    } else {
+        lower_among::<MOST, { MOST / 32 + MAX_NDIM }>(links, bound, primes, out);
+    }
+    factored.complete
+}
+
+/// [`lower_by_divisors`] in stack arrays of `N` divisors and `WORDS` words of reachability (the
+/// heap beyond them, where only the tests' unbounded oracle goes). Reachability takes
+/// `links × ⌈width / 64⌉` words: at most `cells / 64 + width / 64 + links`, so `N / 32 + 32`
+/// for `cells = width × (links - 1) ≤ N`.
+#[inline(never)]
+fn lower_among<const N: usize, const WORDS: usize>(
+    links: &[Link],
+    bound: u64,
+    primes: &[PrimePower],
+    out: &mut [u64],
+) {
+    let width = divisors::count(primes);
+    let (mut values, mut least) = ([0u64; N], [0u64; N]);
     let (mut heap_values, mut heap_least) = (Vec::new(), Vec::new());
-    let (values, least) = if width <= STACK_DIVISORS {
+    let (values, least) = if width <= N {
         (&mut values[..width], &mut least[..width])
     } else {
         heap_values.resize(width, 0);
@@ -173,10 +237,12 @@ fn lower_by_divisors(links: &[Link], bound: u64, out: &mut [u64]) {
         (&mut heap_values[..], &mut heap_least[..])
     };
     divisors::fill(primes, values);
+    // The divisors of a partial factorisation are divisors still: the least of them is an
+    // admissible parent stride, only perhaps not the least.
     let Some(lowest) = values.iter().copied().filter(|&d| d >= bound).min() else {
-        return;
+        return; // unreachable: the stride itself is at least `bound`
     };
-    if lowest == last.stride {
+    if lowest == links[links.len() - 1].stride {
         return;
     }
     if let [_, _] = links {
@@ -184,9 +250,9 @@ fn lower_by_divisors(links: &[Link], bound: u64, out: &mut [u64]) {
         return;
     }
     let words = width.div_ceil(64);
-    let (mut reachable, mut heap_reachable) = ([0u64; MAX_NDIM], Vec::new());
-    let reachable = if words == 1 {
-        &mut reachable[..]
+    let (mut reachable, mut heap_reachable) = ([0u64; WORDS], Vec::new());
+    let reachable = if links.len() * words <= WORDS {
+        &mut reachable[..links.len() * words]
     } else {
         heap_reachable.resize(links.len() * words, 0);
         &mut heap_reachable[..]
@@ -251,15 +317,11 @@ impl Lattice<'_> {
             .min_by_key(|&i| self.values[i])?;
         out[last] = self.values[above];
         for j in (0..last).rev() {
-            let reach = (links[j].len - 1) * links[j].stride; // checked on the way up
             let bound = Exponents::of_index(above, primes);
             let mut exponents = Exponents::default();
             let mut below = None;
             for i in 0..width {
-                let fits = self.values[i]
-                    .checked_add(reach)
-                    .is_some_and(|need| need <= out[j + 1]);
-                if fits && self.reached(j, i) && exponents.at_most(&bound, primes.len()) {
+                if self.reached(j, i) && exponents.at_most(&bound, primes.len()) {
                     below = Some(i);
                     break;
                 }
@@ -267,6 +329,10 @@ impl Lattice<'_> {
             }
             above = below?;
             out[j] = self.values[above];
+            // Every divisor reached here fits below `P_j+1`: it divides `s_j`, hence the reach
+            // `(n_j - 1)·s_j` (checked on the way up), and `P_j+1`, which exceeds the reach (one
+            // fitted on the way up), so `P_j+1 ≥ reach + P_j`.
+            debug_assert!(out[j] + (links[j].len - 1) * links[j].stride <= out[j + 1]);
         }
         Some(())
     }
@@ -356,6 +422,43 @@ mod tests {
     }
 
     #[test]
+    fn tight_chains_are_taken_without_any_search() {
+        // The tight chain is the least whenever admissible, so the search would find it too:
+        // it is taken first, with no work at all (here the search needs some, and without it
+        // the gcd chain would stand), and the last link's span is never formed (it overflows
+        // in the first).
+        for (pairs, tight) in [
+            (&[(2, 1), (2, 2), (5, 1 << 62)][..], &[1, 2, 4][..]),
+            (&[(3, 1), (4, 3), (2, 24)][..], &[1, 3, 12][..]),
+        ] {
+            let links = links(pairs);
+            let mut out = vec![0; links.len()];
+            let nested = nest_within(&links, &mut out, Work(0)).unwrap();
+            assert_eq!((&out[..], nested.least), (tight, true), "{pairs:?}");
+            let last = links[links.len() - 1];
+            assert_eq!(nested.step, last.stride / tight[tight.len() - 1]);
+        }
+    }
+
+    #[test]
+    fn a_gcd_chain_the_scan_shows_least_is_kept_without_any_search() {
+        // Not tight (3 is not a multiple of 2); the least divisor of 9 from 1 + 1 + 3 up is 9.
+        let links = links(&[(2, 1), (2, 3), (2, 9)]);
+        let mut out = [0; 3];
+        let nested = nest_within(&links, &mut out, Work(0)).unwrap();
+        assert_eq!(
+            (out, nested),
+            (
+                [1, 3, 9],
+                Nested {
+                    step: 1,
+                    least: true
+                }
+            )
+        );
+    }
+
+    #[test]
     fn the_last_stride_is_lowered_when_it_can_be() {
         // Not tight (6 is not a multiple of 1 + 2·2 = 5) but 6 = 3·2 nests with P₁ = 6,
         // then P₂ ≥ 6 + 12 = 18: 18 divides 36, so the parent stops there, not at 36.
@@ -370,6 +473,9 @@ mod tests {
         // np.arange(18.).reshape(2, 9)[:, :2]: a 3-wide parent (steps 1 and 3) ends one element
         // past the tensor, where the stride 9 itself would claim seven.
         assert_eq!(nest(&links(&[(2, 1), (2, 9)])).unwrap(), [1, 3]);
+        // Not tight: 3 is not a multiple of the span 2 (a chain spanning `len` instead of
+        // `len - 1` steps would take 3 and then 9).
+        assert_eq!(nest(&links(&[(2, 1), (2, 3), (2, 18)])).unwrap(), [1, 3, 6]);
         // The smallest admissible P₁ (2) only has 18 above 6 + 1; a larger one (3) has 9.
         assert_eq!(
             nest(&links(&[(2, 1), (2, 6), (2, 18)])).unwrap(),
@@ -417,6 +523,112 @@ mod tests {
                     assert_eq!(found, expected, "{links:?}");
                 }
             }
+        }
+    }
+
+    /// Whether `parents` is an admissible chain for `links` (see the module docs).
+    fn admissible(links: &[Link], parents: &[u64]) -> bool {
+        parents.first() == Some(&1)
+            && links.iter().zip(parents).all(|(l, &p)| l.stride % p == 0)
+            && links
+                .windows(2)
+                .zip(parents.windows(2))
+                .all(|(l, p)| p[1] % p[0] == 0 && p[1] >= p[0] + (l[0].len - 1) * l[0].stride)
+    }
+
+    /// Every sorted layout of `count` links with lengths 2..=3 and strides 1..=`most`, by
+    /// [`nest_within`] with the planner's work against the exhaustive search: a parent exactly
+    /// when it finds one, admissible, with the least last stride, and never bounded.
+    fn agree_with_the_exhaustive_search(count: usize, most: u64) -> usize {
+        let mut strides = vec![1u64; count];
+        let mut checked = 0;
+        loop {
+            for lens in 0..1usize << count {
+                let links: Vec<Link> = (0..count)
+                    .map(|j| Link {
+                        len: 2 + (lens >> j & 1) as u64,
+                        stride: strides[j],
+                    })
+                    .collect();
+                let mut out = vec![0; count];
+                let found = nest_within(&links, &mut out, Work::PLANNER);
+                let least = super::super::exhaustive::least_last_stride(&links);
+                match found {
+                    Ok(nested) => {
+                        assert!(admissible(&links, &out), "{links:?}: {out:?}");
+                        assert_eq!(Some(out[count - 1]), least, "{links:?}: {out:?}");
+                        assert!(nested.least, "bounded: {links:?}");
+                        assert_eq!(nested.step * out[count - 1], strides[count - 1]);
+                    }
+                    Err(_) => assert_eq!(least, None, "{links:?}"),
+                }
+                checked += 1;
+            }
+            // The next non-decreasing stride tuple.
+            let Some(j) = (0..count).rev().find(|&j| strides[j] < most) else {
+                return checked;
+            };
+            strides[j] += 1;
+            for k in j + 1..count {
+                strides[k] = strides[j];
+            }
+        }
+    }
+
+    #[test]
+    fn three_and_four_links_nest_as_the_exhaustive_search_does() {
+        assert_eq!(agree_with_the_exhaustive_search(3, 40), 11_480 * 8);
+        assert_eq!(agree_with_the_exhaustive_search(4, 18), 5_985 * 16);
+    }
+
+    #[test]
+    fn lattices_beyond_the_small_arrays_are_searched_whole() {
+        // 2162160 = 2⁴·3³·5·7·11·13: 320 divisors, past the 64 of the small arrays.
+        assert_eq!(
+            nest(&links(&[(2, 1), (2, 3), (2, 2162160)])).unwrap(),
+            [1, 3, 6]
+        );
+        let four = links(&[(2, 1), (2, 3), (2, 720), (2, 2162160)]);
+        let mut out = [0; 4];
+        let nested = nest_within(&four, &mut out, Work::PLANNER).unwrap();
+        assert!(nested.least && admissible(&four, &out), "{out:?}");
+        let least = super::super::exhaustive::least_last_stride(&four);
+        assert_eq!((out, least), ([1, 3, 6, 756], Some(756)));
+    }
+
+    #[test]
+    fn the_work_bound_trades_minimality_only_beyond_it() {
+        // Issue 30's layouts: lattices of 80640 and 14400 divisors over 7 and 3 levels, far
+        // past the planner's 1024 cells. The gcd chain then stands: admissible, not least.
+        let issue = [
+            links(&[
+                (2, 3),
+                (2, 6),
+                (3, 18),
+                (3, 90),
+                (3, 2700),
+                (3, 10800),
+                (2, 324000),
+                (2, 224403121196654400),
+            ]),
+            links(&[
+                (2, 3),
+                (2, 486096),
+                (2, 103340120832),
+                (2, 65685564303840000),
+            ]),
+            // Two 30-bit primes p > q: Pollard's rho cannot split them within the work, so
+            // only 1, 3, pq and 3pq are searched, where 3q is least.
+            links(&[(2, 1), (2, 3), (2, 3 * 1073741789 * 1073741783)]),
+        ];
+        for links in &issue {
+            let (mut bounded, mut least) = (vec![0; links.len()], vec![0; links.len()]);
+            let found = nest_within(links, &mut bounded, Work::PLANNER).unwrap();
+            let exact = nest_within(links, &mut least, Work::UNBOUNDED).unwrap();
+            assert!(!found.least && exact.least, "{links:?}");
+            assert!(admissible(links, &bounded) && admissible(links, &least));
+            let last = links.len() - 1;
+            assert!(bounded[last] > least[last], "{bounded:?} against {least:?}");
         }
     }
 

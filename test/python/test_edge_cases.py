@@ -9,9 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from rsdlpack_ctypes import (ACCEPT_UNKNOWN_DEVICE_TYPES, BUFFER, ELEMENT_CODES, INVALID, PLAN_VIEW, TENSOR_P, capsule_pointer,
-                             first_element, run_deleter, shape_of)
-from rsdlpack_ctypes import SET_ERROR, DLManagedTensor, DLTensor, exchange_api_of
+from rsdlpack_ctypes import (
+    ACCEPT_UNKNOWN_DEVICE_TYPES, BUFFER, ELEMENT_CODES, INVALID, PLAN_VIEW, SET_ERROR, TENSOR_P, DLDataType, DLDevice,
+    DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor, capsule_pointer, exchange_api_of, first_element,
+    run_deleter, shape_of,
+)
 
 IS_SUBBYTE_TYPE_PADDED = 4
 
@@ -216,3 +218,39 @@ def test_the_ctypes_client_survives_a_peer_that_retypes_ctypes_pythonapi(bridge,
     del shared
     gc.collect()
     assert refs == 2, "one reference: ours (the entry point's was given back)"
+
+
+def hand_made_capsule(shape, strides, code, bits, keep):
+    """An unconsumed DLPack 1.3 capsule over a tensor built here (no deleter: nothing to free);
+    `keep` holds what it points to for as long as the test needs it."""
+    shape_ = (ctypes.c_int64 * len(shape))(*shape)
+    strides_ = (ctypes.c_int64 * len(strides))(*strides)
+    data = ctypes.create_string_buffer(64)
+    tensor = DLTensor(ctypes.addressof(data), DLDevice(1, 0), len(shape), DLDataType(code, bits, 1), shape_, strides_, 0)
+    managed = DLManagedTensorVersioned(DLPackVersion(1, 3), None, None, 0, tensor)
+    keep.extend([shape_, strides_, data, managed])
+    new = ctypes.PyDLL(None).PyCapsule_New  # its own handle: ctypes.pythonapi's types stay as they are
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(managed), b"dltensor_versioned", None)
+
+
+@pytest.mark.parametrize("shape", [[3, 2**62], [2**63 - 1, 2]], ids=["3x2^62", "int64max x2"])
+def test_packed_fp4_element_counts_past_int64_are_refused(bridge, shape):
+    """Their bytes fit in isize (3·2⁶¹ and isize::MAX), their element counts do not: the second
+    is negative as an int64. Refused as every extent past isize::MAX is, by both entry points."""
+    strides = [shape[1], 1]
+    keep = []
+    _, (code, message) = bridge.import_(hand_made_capsule(shape, strides, 17, 4, keep))
+    assert code == INVALID and "too large to address" in message, message
+    _, (code, message) = bridge.import_plan(hand_made_capsule(shape, strides, 17, 4, keep))
+    assert code == INVALID and "too large to address" in message, message
+    # The largest count that fits is accepted (a compact fp4 row of int64-max elements).
+    result, error = bridge.import_plan(hand_made_capsule([2**63 - 1, 1], [1, 1], 17, 4, keep))
+    assert error is None, error
+    plan = result.plan
+    assert (plan.kind, plan.element_code, plan.dims_()) == (PLAN_VIEW, ELEMENT_CODES["uint8"], [2**62]), "packed into bytes"
+    bridge.release_handle(plan.tensor)
+    gc.collect()
+    bridge.lib.rsdlpack_py_flush_releases()
+    del keep
