@@ -24,7 +24,7 @@ import re
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import check_mirrors  # noqa: E402
+import c_header  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HEADER = ROOT / "include" / "rsdlpack.h"
@@ -57,7 +57,7 @@ def header_constants(text):
     defines = [(m[1], int(m[2], 0)) for m in
                re.finditer(r"^#define\s+(RSDLPACK_\w+)\s+(-?(?:0x[0-9a-fA-F]+|[0-9]+))\s*$", text, re.M)]
     groups = [("#define", None, defines)] if defines else []
-    code = check_mirrors.strip_c(text)
+    code = c_header.strip_c(text)
     for m in re.finditer(r"\benum\s+(\w+)\s*(?::\s*(\w+)\s*)?\{(.*?)\}", code, re.S):
         constants = []
         for entry in filter(None, (e.strip() for e in m[3].split(","))):
@@ -75,7 +75,7 @@ def header_constants(text):
 
 def struct_sizes(text):
     """{header struct: size in bytes}, as ctypes (the platform's C ABI) lays the header out."""
-    return {name: layout.size for name, layout in check_mirrors.header_layouts(text).items()}
+    return {name: layout.size for name, layout in c_header.header_layouts(text).items()}
 
 
 def render_julia(text):

@@ -1,4 +1,5 @@
-"""Lists the edges between the top-level modules of a Rust crate and fails on a cycle.
+"""Lists the edges between the top-level modules of a Rust crate, or between the Python modules
+of a directory of scripts, and fails on a cycle.
 
 The layering rule (docs/src/architecture.md): arrows only point down, inside a crate too. An
 edge `a -> b` is any path from module `a` into top-level module `b`: `use crate::b::…`,
@@ -8,13 +9,22 @@ Comments (doc links included), string literals and `#[cfg(test)]` items (test mo
 or in their own files) are not read: tests may reach any module. The crate root (lib.rs) only
 declares and re-exports, and is not a node.
 
-    python scripts/module_cycles.py [SRC_DIR ...]     (default: src, the core crate)
+In a directory without lib.rs, each `*.py` file is a module, and an edge `a -> b` is an
+`import b` or `from b import …` anywhere in `a` (inside functions too: a deferred import is
+still a cycle).
 
-Prints each module's edges, then either an order from the bottom up or each set of modules in a cycle with the
-file and line of every edge inside it; exits 1 on any cycle, 2 on a crate it cannot read.
+    python scripts/module_cycles.py [DIR ...] [--doc FILE ...]     (default: src, the core crate)
+
+Prints each module's edges, then either an order from the bottom up or each set of modules in a
+cycle with the file and line of every edge inside it; exits 1 on any cycle, 2 on a crate it
+cannot read. With `--doc`, each fenced block in FILE that follows a line
+`<!-- module order: DIR -->` must list DIR's modules from the top down, one level per line
+that does not start with a space (`a, b` then a description after two spaces, or alone): exits
+1, printing the block's first column as it should be, when it does not.
 """
 
 import argparse
+import ast
 import dataclasses
 import pathlib
 import re
@@ -307,8 +317,58 @@ def bottom_up(nodes, edges):
     return order
 
 
+class Scripts:
+    """The Python modules of one directory and the imports between them."""
+
+    def __init__(self, directory):
+        self.src = pathlib.Path(directory)
+        self.modules = {path.stem: path for path in sorted(self.src.glob("*.py"))}
+        if not self.modules:
+            raise SystemExit(f"module-cycles: {self.src} holds neither lib.rs nor *.py files")
+        self.edges = {}
+        for name, path in self.modules.items():
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    targets = [alias.name.split(".")[0] for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    targets = [node.module.split(".")[0]]
+                else:
+                    continue
+                for target in targets:
+                    if target in self.modules and target != name:
+                        where = f"{path.relative_to(self.src.parent)}:{node.lineno}"
+                        edge = self.edges.setdefault((name, target), Edge(name, target, where))
+                        if edge.where != where:
+                            edge.more.append(where)
+
+
+def graph_of(directory):
+    return Crate(directory) if (pathlib.Path(directory) / "lib.rs").is_file() else Scripts(directory)
+
+
+def documented_orders(doc):
+    """{directory: (line of the marker, [[modules of a level], …] from the top down)} of `doc`."""
+    lines = pathlib.Path(doc).read_text().splitlines()
+    found = {}
+    for i, line in enumerate(lines):
+        m = re.fullmatch(r"\s*<!--\s*module order:\s*(\S+)\s*-->\s*", line)
+        if not m:
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith("```"):
+            j += 1
+        levels = []
+        for row in lines[j + 1 :]:
+            if row.startswith("```"):
+                break
+            if row.strip() and not row[0].isspace():
+                levels.append([name.strip() for name in re.split(r"\s{2,}", row.strip())[0].split(",") if name.strip()])
+        found[m.group(1)] = (i + 1, levels)
+    return found
+
+
 def check(src):
-    crate = Crate(src)
+    crate = graph_of(src)
     nodes = sorted(crate.modules)
     edges = crate.edges
     print(f"module-cycles: {src}: {len(nodes)} top-level modules, {len(edges)} edges")
@@ -323,18 +383,49 @@ def check(src):
                 more = f" (and {len(edge.more)} more)" if edge.more else ""
                 print(f"  {a} -> {b}: {edge.where}{more}")
     if found:
-        return False
-    print("  no cycle; from the bottom up: " + " | ".join(", ".join(level) for level in bottom_up(nodes, edges)))
-    return True
+        return None
+    order = bottom_up(nodes, edges)
+    print("  no cycle; from the bottom up: " + " | ".join(", ".join(level) for level in order))
+    return order
+
+
+def check_doc(doc, orders):
+    """Whether every module order `doc` writes down is the one found (`orders`: directory as
+    given on the command line -> levels from the bottom up)."""
+    ok = True
+    for directory, (line, levels) in documented_orders(doc).items():
+        where = f"{doc}:{line}"
+        if directory not in orders:
+            print(f"module-cycles: {where}: the order of {directory}, which was not checked in this run")
+            ok = False
+            continue
+        expected = [list(level) for level in reversed(orders[directory])]
+        if levels != expected:
+            print(f"module-cycles: {where}: the order of {directory} is stale; from the top down it is:")
+            for level in expected:
+                print("  " + ", ".join(level))
+            ok = False
+        else:
+            print(f"module-cycles: {where}: the order of {directory} is current")
+    return ok
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("src", nargs="*", default=[str(ROOT / "src")], help="a crate's src directory (holding lib.rs)")
+    parser.add_argument("src", nargs="*", default=[str(ROOT / "src")],
+                        help="a crate's src directory (holding lib.rs), or a directory of Python scripts")
+    parser.add_argument("--doc", action="append", default=[], help="a Markdown file with module orders to check")
     args = parser.parse_args()
-    ok = True
+    orders, ok = {}, True
     for src in args.src:
-        ok = check(src) and ok
+        order = check(src)
+        ok = order is not None and ok
+        if order is not None:
+            # Named in a document as a path from the repository root (absolute outside it).
+            resolved = pathlib.Path(src).resolve()
+            orders[str(resolved.relative_to(ROOT) if resolved.is_relative_to(ROOT) else resolved)] = order
+    for doc in args.doc:
+        ok = check_doc(doc, orders) and ok
     sys.exit(0 if ok else 1)
 
 

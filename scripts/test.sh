@@ -20,8 +20,9 @@ cargo check --quiet --manifest-path fuzz/Cargo.toml --all-targets
 echo "== C header: the Julia and ctypes mirrors against include/rsdlpack.h (the header itself: cargo test, c_header)"
 "$VENV/bin/python" scripts/check_mirrors.py
 
-echo "== module cycles: inside the core and each bridge, modules only depend downwards"
-"$VENV/bin/python" scripts/module_cycles.py src bridges/python/src bridges/julia/src
+echo "== module cycles: inside the core, each bridge and the Python scripts, modules only depend downwards"
+"$VENV/bin/python" scripts/module_cycles.py src bridges/python/src bridges/julia/src scripts test/python test \
+    --doc docs/src/architecture.md
 
 echo "== Rust tests: core, and the Python bridge with an embedded interpreter"
 # Tests named without_a_driver_* assert what happens without a CUDA driver; where a driver
