@@ -17,7 +17,7 @@
 # fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 
 import RsDLPack
-using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, ArrayPlan, TensorOwner, rethrowing_native
+using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, ArrayPlan, TensorOwner
 
 # The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
 # `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
@@ -93,8 +93,8 @@ RsDLPack.producer_stream(::CUDA.StridedCuArray) = dlpack_stream(CUDA.stream())
 
 function RsDLPack.unsafe_cuda_stream(handle::Integer)
     h = UInt(handle)
-    context = CuContext(CUcontext(rethrowing_native(() -> Native.stream_context(h))))
-    return rethrowing_native(() -> Native.new_stream_object(CuStream, CUstream(h), context))
+    context = CuContext(CUcontext(Native.stream_context(h)))
+    return Native.new_stream_object(CuStream, CUstream(h), context)
 end
 
 # pyconvert (the PythonCall extension): `pyconvert(CuArray, x)` is `from_dlpack(CuArray, x)`,

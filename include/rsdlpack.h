@@ -102,6 +102,15 @@ enum RsdlErrorCode
    */
   RSDL_ERROR_CODE_RESOURCE = 5,
   /**
+   * The CUDA driver failed a call, not for memory (a Python `RuntimeError`).
+   */
+  RSDL_ERROR_CODE_DRIVER = 6,
+  /**
+   * The Python interpreter is not running in this process (a C caller's code only: there is
+   * no Python to raise into).
+   */
+  RSDL_ERROR_CODE_INTERPRETER = 7,
+  /**
    * A bug in RsDLPack: a panic caught at the border, or a broken invariant.
    */
   RSDL_ERROR_CODE_INTERNAL = 99,

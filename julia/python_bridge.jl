@@ -141,7 +141,7 @@ end
 function bridge_error(code::Integer, message::Ptr{UInt8})
     text = message == C_NULL ? "(no message)" : unsafe_string(message)
     message == C_NULL || ccall(python_symbol(:rsdlpack_error_free), Cvoid, (Ptr{UInt8},), message)
-    return DLPackError(error_kind(code), text)
+    return native_error(code, text)
 end
 
 """

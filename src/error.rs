@@ -22,6 +22,9 @@ pub enum ErrorKind {
     BufferRefusal,
     /// Memory (host or device) could not be had (Python `MemoryError`).
     Resource,
+    /// The CUDA driver failed a call for a reason other than memory (Python `RuntimeError`):
+    /// the status and the call are in the message.
+    Driver,
     /// A bug in RsDLPack: an invariant that should have held did not.
     Internal,
 }
@@ -43,6 +46,11 @@ pub enum ErrorCode {
     Producer = 4,
     /// Memory could not be had (a Python `MemoryError`).
     Resource = 5,
+    /// The CUDA driver failed a call, not for memory (a Python `RuntimeError`).
+    Driver = 6,
+    /// The Python interpreter is not running in this process (a C caller's code only: there is
+    /// no Python to raise into).
+    Interpreter = 7,
     /// A bug in RsDLPack: a panic caught at the border, or a broken invariant.
     Internal = 99,
 }
@@ -53,6 +61,7 @@ impl From<ErrorKind> for ErrorCode {
             ErrorKind::InvalidInput => Self::Invalid,
             ErrorKind::BufferRefusal => Self::Buffer,
             ErrorKind::Resource => Self::Resource,
+            ErrorKind::Driver => Self::Driver,
             ErrorKind::Internal => Self::Internal,
         }
     }
@@ -391,7 +400,7 @@ impl Error {
             | Self::RankMismatch { .. } => BufferRefusal,
             Self::AllocationFailed { .. } => Resource,
             Self::Cuda { status, .. } if *status == CUDA_ERROR_OUT_OF_MEMORY => Resource,
-            Self::Cuda { .. } => InvalidInput,
+            Self::Cuda { .. } => Driver,
             Self::ExportMetadata { .. } => Internal,
         }
     }
@@ -592,7 +601,7 @@ mod tests {
                     status: 1,
                     message: String::new(),
                 },
-                InvalidInput,
+                Driver,
             ),
             (
                 Error::CudaPointerUnknown {

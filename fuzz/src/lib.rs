@@ -136,7 +136,10 @@ pub fn exception_for(py: Python<'_>, code: ErrorCode) -> Bound<'_, PyType> {
         ErrorCode::Buffer => py.get_type::<PyBufferError>(),
         ErrorCode::NotDlpack => py.get_type::<PyTypeError>(),
         ErrorCode::Resource => py.get_type::<PyMemoryError>(),
-        ErrorCode::Producer | ErrorCode::Internal => py.get_type::<PyRuntimeError>(),
+        ErrorCode::Producer
+        | ErrorCode::Driver
+        | ErrorCode::Interpreter
+        | ErrorCode::Internal => py.get_type::<PyRuntimeError>(),
     }
 }
 

@@ -7,8 +7,8 @@
 //! user call crosses into Rust once.
 //!
 //! Everything here runs with `panic = "abort"`: inputs are checked and errors are returned,
-//! as a code and the core's message that jlrs throws and the Julia glue turns into a
-//! `DLPackError` (see [`errors`]).
+//! as a code and the core's message from which Julia's `RsDLPack.native_error` builds the
+//! `DLPackError` that jlrs throws (see [`errors`]).
 
 mod errors;
 mod stream;

@@ -268,7 +268,6 @@ impl BridgeError {
             | BadValue { .. }
             | PlanOption { .. }
             | UnknownFlags { .. }
-            | InterpreterNotRunning
             | GilNotHeld { .. }
             | UnknownElementCode { .. }
             | NegativeDim
@@ -289,6 +288,7 @@ impl BridgeError {
             | TorchState { .. } => ErrorCode::Buffer,
             NotDlpack { .. } | NotOurExporter { .. } => ErrorCode::NotDlpack,
             Producer { .. } => ErrorCode::Producer,
+            InterpreterNotRunning => ErrorCode::Interpreter,
             Panic { .. } => ErrorCode::Internal,
         }
     }
@@ -318,7 +318,10 @@ impl From<BridgeError> for PyErr {
             ErrorCode::Buffer => PyBufferError::new_err(message),
             ErrorCode::NotDlpack => PyTypeError::new_err(message),
             ErrorCode::Resource => PyMemoryError::new_err(message),
-            ErrorCode::Producer | ErrorCode::Internal => PyRuntimeError::new_err(message),
+            ErrorCode::Producer
+            | ErrorCode::Driver
+            | ErrorCode::Interpreter
+            | ErrorCode::Internal => PyRuntimeError::new_err(message),
         }
     }
 }

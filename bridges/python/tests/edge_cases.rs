@@ -298,10 +298,12 @@ fn each_error_code_raises_its_python_exception() {
         (ErrorKind::InvalidInput, 1),
         (ErrorKind::BufferRefusal, 2),
         (ErrorKind::Resource, 5),
+        (ErrorKind::Driver, 6),
         (ErrorKind::Internal, 99),
     ] {
         assert_eq!(ErrorCode::from(kind) as i32, code, "{kind:?}");
     }
     assert_eq!(ErrorCode::NotDlpack as i32, 3);
     assert_eq!(ErrorCode::Producer as i32, 4);
+    assert_eq!(ErrorCode::Interpreter as i32, 7);
 }
