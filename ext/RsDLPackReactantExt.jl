@@ -26,10 +26,16 @@
 #   src/xla/Buffer.jl; Base.size(::PJRT.Buffer) is XLA's shape (src/xla/PJRT/Buffer.jl).
 #   XLA.unsafe_buffer_pointer(::PJRT.Buffer) (src/xla/PJRT/Buffer.jl; PjRtClient's
 #   UnsafeBufferPointer in deps/ReactantExtra/API.cpp), XLA.platform_name(::PJRT.Client)
-#   (src/xla/PJRT/Client.jl), XLA.get_local_hardware_id(::PJRT.Device) (src/xla/PJRT/Device.jl).
+#   (src/xla/PJRT/Client.jl; Reactant itself compares it with "cpu", src/compiler/Compiler.jl,
+#   and "cuda", src/xla/Device.jl), XLA.get_local_hardware_id(::PJRT.Device) (the CUDA
+#   ordinal, src/xla/PJRT/Device.jl).
 #   Base.copyto!(dest::Array{T}, doffs::Int64, src::ConcretePJRTArray{T}, soffs::Int64,
 #   n::Int64) (src/ConcreteRArray.jl, from v0.2.226): waits for the buffer's future, then
 #   CopyFromBuffer, which awaits PjRtBuffer::CopyRawToHost (deps/ReactantExtra/API.cpp).
+# Why that copy is the wait (XLA's xla/pjrt/common_pjrt_client.cc, read in tensorflow/tensorflow's
+# third_party/xla): an upload's buffer is defined by an event set later on a worker thread
+# (BufferFromHostBuffer), UnsafeBufferPointer waits for nothing (AcquireExternalReference), and
+# CopyRawToHostFuture starts its copy only once the buffer's definition events are ready.
 # fatou-ignore-file type-piracy: an extension adds methods to RsDLPack's own hooks for its trigger package's types
 module RsDLPackReactantExt
 
