@@ -54,9 +54,10 @@ throws a `DLPackError` at once.
 
 `A` may be an `Array`, a strided view (`view` with ranges, including negative steps), a
 `PermutedDimsArray` of one, or a [`ReadOnlyArray`](@ref) (exported with DLPack's READ_ONLY
-flag). With `order=:producer` the consumer sees the same indices (`A[i, j] == t[i-1, j-1]`,
-column-major strides); `order=:reversed` hands out the reversed dims (a plain `Matrix` becomes a
-row-major-compact tensor of size `reverse(size(A))`).
+flag); with Reactant loaded, a `ConcretePJRTArray` (its XLA buffer, once Reactant's writes to
+it have finished: the README's "Reactant"). With `order=:producer` the consumer sees the same
+indices (`A[i, j] == t[i-1, j-1]`, column-major strides); `order=:reversed` hands out the
+reversed dims (a plain `Matrix` becomes a row-major-compact tensor of size `reverse(size(A))`).
 
 `A` stays alive until the consumer releases the tensor. Pass the type `PyObject` (PyCall) or
 `Py` (PythonCall) as `consumer` to get the exporter object itself, which has `__dlpack__`.
@@ -79,6 +80,12 @@ producer_stream(::AbstractArray) = UInt(0)
 array_address(A::PermutedDimsArray) = array_address(parent(A))
 array_device(A::PermutedDimsArray) = array_device(parent(A))
 producer_stream(A::PermutedDimsArray) = producer_stream(parent(A))
+
+# What `share` roots until the consumer releases the tensor: the array, and whatever owns its
+# memory where the array may let go of it (the Reactant extension: the buffers a Reactant array
+# held when shared, since Reactant gives an array new buffers when it writes it).
+share_root(A::AbstractArray) = A
+share_root(A::PermutedDimsArray) = (A, share_root(parent(A)))
 
 "Whether `share` can describe `A` with one pointer and strides (Base's StridedArray misses PermutedDimsArray)."
 is_strided(A::AbstractArray) = A isa StridedArray
@@ -107,10 +114,11 @@ function share_array(to_python, call, is_type, A::AbstractArray, consumer; order
     dims = collect(Int64, size(B))
     steps = collect(Int64, strides(B))
     device_type, device_id = array_device(B)
-    id = root!(B)
+    address, stream = array_address(B), producer_stream(B)
+    id = root!(share_root(B))
     shared = GC.@preserve B dims steps consumer begin
-        array = ArrayExport(array_address(B), pointer(dims), pointer(steps), ndims(B), id,
-                            producer_stream(B), code, order_code, device_type, device_id,
+        array = ArrayExport(address, pointer(dims), pointer(steps), ndims(B), id,
+                            stream, code, order_code, device_type, device_id,
                             readonly ? ACCESS_READ_ONLY : ACCESS_WRITABLE, 0)
         into === nothing ? python_share(array) : python_share_into(array, into)
     end

@@ -19,7 +19,8 @@
 #
 # This file sets up each process and its front-end; the tests are one file per subject, included
 # below: without Python eltypes.jl, abi.jl, package.jl, jll.jl; with NumPy numpy.jl, release.jl,
-# share.jl; jax.jl and torch.jl when those are installed; cuda.jl with a GPU.
+# share.jl; jax.jl and torch.jl when those are installed; cuda.jl with a GPU; reactant.jl where
+# Reactant is in the environment.
 #
 # The README's examples are test/readme_pythoncall.jl, test/readme_pycall.jl and the CUDA part
 # of test/cuda.jl, line for line: test/python/test_readme.py fails when they differ.
@@ -168,3 +169,16 @@ FRONTEND == "PyCall" && include("readme_pycall.jl")
 # test/cuda.jl uses PythonCall, so it runs in that front-end's process. CUDA.jl is a test
 # dependency (Project.toml [extras]): the file always runs, and says so when it skips.
 FRONTEND == "PythonCall" && include("cuda.jl")
+
+# test/reactant.jl uses PythonCall too. Reactant is no test dependency (Reactant_jll is large):
+# the file runs where the environment has Reactant, and a skip is recorded elsewhere.
+if FRONTEND == "PythonCall"
+    # fatou-ignore non-public-access: Base.find_package is what `using` asks, without loading the package
+    if Base.find_package("Reactant") === nothing
+        @testset "Reactant extension" begin
+            @test_skip "Reactant is not in this environment: add it to run test/reactant.jl"
+        end
+    else
+        include("reactant.jl")
+    end
+end
