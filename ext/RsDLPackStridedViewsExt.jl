@@ -22,8 +22,9 @@
 # CUDA: the struct takes any DenseArray parent, CuArray included (GPUArrays' AbstractGPUArray
 # <: DenseArray), whatever the strides; `from_dlpack(StridedView{T,N,<:CuArray}, t)` wraps the
 # span as a CuArray (the CUDA extension's `span_parent`). StridedViews' own support stops at a
-# device pointer (`pointer`, a CuPtr: its CUDA extension at 0.4.3–0.4.6, for CUDA.jl 4–5; its
-# CUDACore extension at 0.5.x, for CUDACore 6) and printing through Adapt: indexing a
+# device pointer — `Base.unsafe_convert(CuPtr{T}, v)` at every 0.4 tag and `pointer(v)` from
+# 0.4.3, in its CUDA extension (CUDA.jl 4–5); both in its CUDACore extension at 0.5.x
+# (CUDACore 6) — and printing through Adapt (`adapt_structure`): indexing a
 # CuArray-backed StridedView is scalar indexing of the CuArray (refused by CUDA.jl outside
 # `@allowscalar`), and Base's broadcast, `copy` and `copyto!` over one run element by element on
 # the host the same way. Such views are for code that takes their pointer and strides.
