@@ -7,7 +7,7 @@
 # Every CUDA name used here, traced in CUDACore 6.0.0 and 6.3.0 (CUDACore/...) and in CUDA.jl
 # 5.4.0 and 5.11.3 (the same files without the CUDACore/ prefix):
 #   CuArray (src/array.jl, exported; `unsafe_wrap(CuArray, ::CuPtr, dims; own)` and
-#   `CuArray{T}(undef, dims)` there; field `data`, whose `rc` is read only if present),
+#   `CuArray{T}(undef, dims)` (also with an `Int` length) there; field `data`, whose `rc` is read only if present),
 #   StridedCuArray (src/array.jl, exported), device(::CuArray) (src/array.jl), CuPtr
 #   (src/pointer.jl, exported), CuContext with field `handle` and the inner constructor
 #   `CuContext(::CUcontext)` (lib/cudadrv/context.jl, exported), CuStream with field `handle`
@@ -17,7 +17,7 @@
 # fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 
 import RsDLPack
-using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, ArrayPlan, TensorOwner
+using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, ArrayPlan, StridedPlan, TensorOwner
 
 # The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
 # `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
@@ -60,12 +60,22 @@ Wraps the plan's parent as a CuArray whose memory keeper releases `owner` when c
 import's stream (the task-local one) stays rooted until the release has recorded its event on
 it: the core orders the release after its work, and CUDA.jl's finalizer destroys the stream.
 """
-function wrap_parent(::Type{T}, plan::ArrayPlan, dims::Dims, owner::TensorOwner) where {T}
-    P = unsafe_wrap(CuArray, CuPtr{T}(plan.parent_address), dims; own=false)
+function wrap_device(::Type{T}, address::UInt, dims::Dims, owner::TensorOwner) where {T}
+    P = unsafe_wrap(CuArray, CuPtr{T}(address), dims; own=false)
     RsDLPack.keep_stream_alive!(owner, CUDA.stream())
     RsDLPack.tie_to!(storage_keeper(P), owner)
     return P
 end
+
+wrap_parent(::Type{T}, plan::ArrayPlan, dims::Dims, owner::TensorOwner) where {T} =
+    wrap_device(T, plan.parent_address, dims, owner)
+
+# Strided imports (julia/strided.jl; `from_dlpack(StridedView{T,N,<:CuArray}, t)`): the span
+# as a flat CuArray, held as a composed view's parent is; an empty result's fresh parent (the
+# core makes no device copies).
+RsDLPack.span_parent(::Type{<:CuArray}, ::Type{T}, plan::StridedPlan, owner::TensorOwner) where {T} =
+    wrap_device(T, plan.span_address, (Int(plan.span_len),), owner)
+RsDLPack.fresh_parent(::Type{<:CuArray}, ::Type{T}, n::Int) where {T} = CuArray{T}(undef, n)
 
 # unsafe_free! also waits for the calling task's stream.
 RsDLPack.release_stream(::CuArray) = Int64(dlpack_stream(CUDA.stream()))

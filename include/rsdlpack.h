@@ -326,6 +326,7 @@ enum RsdlStructId
   RSDL_STRUCT_ID_IMPORT_RESULT = 2,
   RSDL_STRUCT_ID_ARRAY_EXPORT = 3,
   RSDL_STRUCT_ID_SHARE_RESULT = 4,
+  RSDL_STRUCT_ID_STRIDED_PLAN = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -463,6 +464,69 @@ typedef struct RsdlImportResult {
 } RsdlImportResult;
 
 /**
+ * The answer of [`rsdlpack_py_import_strided_plan`]. Arrays hold `ndims` meaningful entries.
+ *
+ * For a view (`kind` `RSDL_PLAN_KIND_VIEW`), the element at 0-based index `(i₁, …, iₙ)` is
+ * span element `offset + Σ iₖ·stridesₖ` (0-based), and the span is exactly the elements the
+ * indices reach. For an empty result or a copy (`RSDL_PLAN_KIND_EMPTY`, `RSDL_PLAN_KIND_COPY`)
+ * nothing is shared: the caller allocates `span_len` elements (0 when empty), which
+ * `rsdlpack_imported_copy_into` fills column-major for a copy, and `strides` and `offset` (0)
+ * describe that array of `dims`.
+ */
+typedef struct RsdlStridedPlan {
+  /**
+   * The owned handle (views and copies) for `rsdlpack_imported_*`; null for empty results.
+   */
+  void *tensor;
+  /**
+   * Address of the span's first element (views; 0 otherwise): the tensor's first element
+   * plus `span_byte_offset`.
+   */
+  size_t span_address;
+  /**
+   * Bytes from the tensor's first element to the span's first element (≤ 0: negative strides
+   * reach below the first element; 0 for the other kinds).
+   */
+  int64_t span_byte_offset;
+  /**
+   * Elements in the span (views), or in the array the caller allocates (the other kinds).
+   */
+  int64_t span_len;
+  /**
+   * Elements from the span's first element to the tensor's element at index `(0, …, 0)`.
+   */
+  int64_t offset;
+  int64_t ndims;
+  /**
+   * Extents and strides (in elements) in result order (the requested index order).
+   */
+  int64_t dims[RSDLPACK_MAX_NDIM];
+  int64_t strides[RSDLPACK_MAX_NDIM];
+  /**
+   * As in `RsdlImportResult`.
+   */
+  uint64_t released_roots;
+  /**
+   * `ElementType::code` of the elements.
+   */
+  uint32_t element_code;
+  /**
+   * DLPack's device type and id of the memory.
+   */
+  uint32_t device_type;
+  int32_t device_id;
+  /**
+   * An `RsdlPlanKind`: view, empty or copy.
+   */
+  uint8_t kind;
+  /**
+   * 1 when the view shares memory the producer marked read-only.
+   */
+  uint8_t read_only;
+  uint16_t reserved;
+} RsdlStridedPlan;
+
+/**
  * A Julia array to share, as `size` and `strides` describe it.
  */
 typedef struct RsdlArrayExport {
@@ -566,6 +630,30 @@ int32_t rsdlpack_py_import_plan_with_flags(PyObject *object,
                                            uint32_t flags,
                                            struct RsdlImportResult *out,
                                            char **error_out);
+
+/**
+ * Imports `object` (anything with `__dlpack__`, or a capsule), validates it once and answers
+ * with its strided plan for the array `plan_options` describes, all in one call, written to
+ * `*out`. `plan_options` and `flags` mean what they mean for
+ * `rsdlpack_py_import_plan_with_flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+ * `RSDLPACK_PLAN_WRITABLE_TYPE`), except that every layout is a view: a copy is made only for
+ * `copy=1`, or for misaligned data under `copy=-1` (host targets only), and `dense` must be 0.
+ *
+ * When `out->kind` is a view or a copy, `out->tensor` is an owned handle for
+ * `rsdlpack_imported_copy_into` and the release functions; for empty results it is null and
+ * nothing is held. On error nothing is held (the producer's deleter has run) and `*out` means
+ * nothing. A CUDA tensor remembers the stream `import_options` names, as for
+ * `rsdlpack_py_import_plan`.
+ *
+ * # Safety
+ * As `rsdlpack_py_import_plan` (`out` writable for an `RsdlStridedPlan`).
+ */
+int32_t rsdlpack_py_import_strided_plan(PyObject *object,
+                                        const struct RsdlImportOptions *import_options,
+                                        const struct RsdlPlanOptions *plan_options,
+                                        uint32_t flags,
+                                        struct RsdlStridedPlan *out,
+                                        char **error_out);
 
 /**
  * Copies the tensor behind `handle` into `bytes` bytes at `address` (a column-major array of
@@ -702,8 +790,9 @@ size_t rsdlpack_py_take_released_roots(uint64_t *out, size_t capacity);
 
 /**
  * The size in bytes of the C structs callers mirror, by number: 0 `RsdlImportOptions`,
- * 1 `RsdlPlanOptions`, 2 `RsdlImportResult`, 3 `RsdlArrayExport`, 4 `RsdlShareResult`; 0 for
- * any other number. Julia checks its mirrors against these when it loads the library.
+ * 1 `RsdlPlanOptions`, 2 `RsdlImportResult`, 3 `RsdlArrayExport`, 4 `RsdlShareResult`,
+ * 5 `RsdlStridedPlan`; 0 for any other number. Julia checks its mirrors against these when it
+ * loads the library.
  */
 size_t rsdlpack_struct_size(uint32_t which);
 

@@ -74,6 +74,7 @@ const STRUCT_ID_PLAN_OPTIONS = UInt32(1)
 const STRUCT_ID_IMPORT_RESULT = UInt32(2)
 const STRUCT_ID_ARRAY_EXPORT = UInt32(3)
 const STRUCT_ID_SHARE_RESULT = UInt32(4)
+const STRUCT_ID_STRIDED_PLAN = UInt32(5)
 
 # The size in bytes of each header struct as a C compiler lays it out (64-bit platforms);
 # the tests compare the mirrors' sizeof with these.
@@ -82,6 +83,7 @@ const HEADER_STRUCT_SIZES = (
     RsdlPlanOptions = 40,
     RsdlArrayPlan = 1576,
     RsdlImportResult = 1584,
+    RsdlStridedPlan = 584,
     RsdlArrayExport = 72,
     RsdlShareResult = 16,
     RsdlStreamDescription = 24,

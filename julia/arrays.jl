@@ -78,6 +78,10 @@ function storage_of(A::Array)
 end
 # fatou-ignore non-public-access: reshape of a non-Array returns a Base.ReshapedArray, which has no public name
 storage_of(A::Union{SubArray,PermutedDimsArray,ReadOnlyArray,Base.ReshapedArray}) = storage_of(parent(A))
+@static if VERSION >= v"1.11"
+    # Itself: the parent StridedViews makes of an Array (StridedView(A) holds A.ref.mem).
+    storage_of(M::Memory) = M
+end
 storage_of(_) = nothing
 
 result_dims(plan::ArrayPlan) = ntuple(k -> Int(plan.dims[k]), Int(plan.ndims))

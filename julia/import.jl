@@ -43,6 +43,14 @@ Result types:
   `ReadOnlyArray{T,N,Array{T,N}}`, sharing read-only memory too.
 - Element types DLPack has and Julia does not (fp8, fp6, fp4) arrive as
   [`DLPackRaw{code,bits}`](@ref) bytes, which `share` exports with their original type.
+- With StridedViews.jl loaded, `from_dlpack(StridedView, obj)` returns a `StridedView` over
+  the producer's memory for every layout, zero (broadcast), negative and overlapping strides
+  included: its parent is a flat vector over exactly the elements the strides reach. Only
+  misaligned data is copied (`copy=nothing`); `copy=true` always copies. Read-only memory (a
+  NumPy broadcast) needs `readonly=true` and comes as a `ReadOnlyArray` of the view.
+  `from_dlpack(StridedView{T,N}, obj)` always returns a `StridedView{T,N}` (read-only memory
+  throws, as for `Array{T,N}`), and `StridedView{T,N,<:CuArray}` (CUDA loaded) a view with a
+  `CuArray` parent.
 
 The memory stays valid while the result (or any view of it) is reachable; use
 [`RsDLPack.unsafe_free!`](@ref) to release it earlier.

@@ -68,6 +68,28 @@ struct ImportResult
     released_roots::UInt64
 end
 
+"""
+Mirror of `RsdlStridedPlan` (bridges/python/src/c_abi/strided_plan.rs): a strided plan, one
+struct. A view's element at 0-based index `I` is span element `offset + Σ I[k]·strides[k]`.
+"""
+struct StridedPlan
+    tensor::Ptr{Cvoid}      # owned handle (views, copies); C_NULL for empty results
+    span_address::UInt      # views: the span's first element
+    span_byte_offset::Int64
+    span_len::Int64         # views: elements in the span; else the elements to allocate
+    offset::Int64           # 0-based, in elements from the span's first
+    ndims::Int64
+    dims::DimTuple
+    strides::DimTuple       # in elements, result order
+    released_roots::UInt64
+    element_code::UInt32
+    device_type::UInt32
+    device_id::Int32
+    kind::UInt8             # PLAN_KIND_VIEW, PLAN_KIND_EMPTY, PLAN_KIND_COPY
+    read_only::UInt8
+    reserved::UInt16
+end
+
 "Mirror of `RsdlArrayExport`: a Julia array to share."
 struct ArrayExport
     address::UInt
@@ -93,7 +115,7 @@ end
 # The structs above, by the numbers `rsdlpack_struct_size` knows them by (RsdlStructId).
 const MIRRORED_STRUCTS = (STRUCT_ID_IMPORT_OPTIONS => ImportOptions, STRUCT_ID_PLAN_OPTIONS => PlanOptions,
                           STRUCT_ID_IMPORT_RESULT => ImportResult, STRUCT_ID_ARRAY_EXPORT => ArrayExport,
-                          STRUCT_ID_SHARE_RESULT => ShareResult)
+                          STRUCT_ID_SHARE_RESULT => ShareResult, STRUCT_ID_STRIDED_PLAN => StridedPlan)
 
 const PYTHON_BRIDGE = Ref{Ptr{Cvoid}}(C_NULL)
 const PYTHON_SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
@@ -163,6 +185,26 @@ function python_import_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_opt
     code == 0 || throw(bridge_error(code, message[]))
     result[].released_roots == 0 || unroot_released!()
     return result[].plan
+end
+
+"""
+    python_import_strided_plan(object_pointer, options, plan_options, flags) -> StridedPlan
+
+As `python_import_plan`, answering with the strided plan (`rsdlpack_py_import_strided_plan`):
+any layout is a view over one flat span. Its `tensor` (views and copies) is an owned handle:
+give it to a `TensorOwner` at once.
+"""
+function python_import_strided_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_options::PlanOptions,
+                                    flags::UInt32)
+    entry = python_symbol(:rsdlpack_py_import_strided_plan)
+    result = Ref{StridedPlan}()
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = ccall(entry, Int32,
+                 (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{StridedPlan}, Ref{Ptr{UInt8}}),
+                 object, options, plan_options, flags, result, message)
+    code == 0 || throw(bridge_error(code, message[]))
+    result[].released_roots == 0 || unroot_released!()
+    return result[]
 end
 
 """

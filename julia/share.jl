@@ -53,11 +53,13 @@ Call from the thread that holds Python's GIL, as for `from_dlpack`: from another
 throws a `DLPackError` at once.
 
 `A` may be an `Array`, a strided view (`view` with ranges, including negative steps), a
-`PermutedDimsArray` of one, or a [`ReadOnlyArray`](@ref) (exported with DLPack's READ_ONLY
-flag); with Reactant loaded, a `ConcretePJRTArray` (its XLA buffer, once Reactant's writes to
-it have finished: the README's "Reactant"). With `order=:producer` the consumer sees the same
-indices (`A[i, j] == t[i-1, j-1]`, column-major strides); `order=:reversed` hands out the
-reversed dims (a plain `Matrix` becomes a row-major-compact tensor of size `reverse(size(A))`).
+`PermutedDimsArray` of one, a StridedViews.jl `StridedView` whose op is `identity` (any strides,
+zero ones included; with StridedViews loaded), or a [`ReadOnlyArray`](@ref) of one of these
+(exported with DLPack's READ_ONLY flag); with Reactant loaded, a `ConcretePJRTArray` (its XLA
+buffer, once Reactant's writes to it have finished: the README's "Reactant"). With
+`order=:producer` the consumer sees the same indices (`A[i, j] == t[i-1, j-1]`, column-major
+strides); `order=:reversed` hands out the reversed dims (a plain `Matrix` becomes a
+row-major-compact tensor of size `reverse(size(A))`).
 
 `A` stays alive until the consumer releases the tensor. Pass the type `PyObject` (PyCall) or
 `Py` (PythonCall) as `consumer` to get the exporter object itself, which has `__dlpack__`.
@@ -87,9 +89,14 @@ producer_stream(A::PermutedDimsArray) = producer_stream(parent(A))
 share_root(A::AbstractArray) = A
 share_root(A::PermutedDimsArray) = (A, share_root(parent(A)))
 
-"Whether `share` can describe `A` with one pointer and strides (Base's StridedArray misses PermutedDimsArray)."
+"Whether `share` can describe `A` with one pointer and strides (Base's StridedArray misses PermutedDimsArray; the StridedViews extension adds StridedView)."
 is_strided(A::AbstractArray) = A isa StridedArray
 is_strided(A::PermutedDimsArray) = is_strided(parent(A))
+
+"Why `share` refuses `A`, which `is_strided` does not describe (the StridedViews extension explains a view's `op`)."
+not_strided_message(A::AbstractArray) =
+    "share needs a strided array (Array, a view with ranges, a PermutedDimsArray of one, a StridedView); " *
+    "got $(typeof(A)). Share collect(A) instead."
 
 """
     share_array(to_python, call, is_type, A, consumer; order, into=nothing)
@@ -105,9 +112,7 @@ function share_array(to_python, call, is_type, A::AbstractArray, consumer; order
                      into::Union{Nothing,Ptr{Cvoid}}=nothing)
     readonly = A isa ReadOnlyArray
     B = readonly ? parent(A) : A
-    is_strided(B) || throw(DLPackError(:buffer,
-        "share needs a strided array (Array, a view with ranges, a PermutedDimsArray of one); " *
-        "got $(typeof(A)). Share collect(A) instead."))
+    is_strided(B) || throw(DLPackError(:buffer, not_strided_message(B)))
     # Everything that can throw is checked before the array is rooted.
     code = element_code(eltype(B))
     order_code = index_order_code(order)

@@ -43,6 +43,7 @@ include("../julia/python_bridge.jl")
 include("../julia/arrays.jl")
 include("../julia/import.jl")
 include("../julia/share.jl")
+include("../julia/strided.jl")
 include("../julia/cuda.jl")
 include("../julia/precompile.jl")
 

@@ -139,6 +139,13 @@ pub enum Error {
     PackedSubbyteLayout { code: u8, bits: u8 },
 
     #[error(
+        "packed {bits}-bit elements (dtype code {code}) are smaller than a byte: no strided \
+         array can index them; import a compact row-major tensor of them as raw bytes into an \
+         Array instead (from_dlpack(Array, t))"
+    )]
+    PackedSubbyteStrided { code: u8, bits: u8 },
+
+    #[error(
         "device {} (type {}, id {}) is not supported here; ask the producer for \
          dl_device=(CPU, 0){hint}", device_name(.device), .device.device_type.0, .device.device_id
     )]
@@ -380,6 +387,7 @@ impl Error {
             | Self::VectorDtype { .. }
             | Self::UnsupportedDtype { .. }
             | Self::PackedSubbyteLayout { .. }
+            | Self::PackedSubbyteStrided { .. }
             | Self::UnsupportedDevice { .. }
             | Self::UnknownDeviceType { .. }
             | Self::CopyRequired { .. }
@@ -486,6 +494,10 @@ mod tests {
             (Error::UnsupportedDtype { dtype }, BufferRefusal),
             (
                 Error::PackedSubbyteLayout { code: 17, bits: 4 },
+                BufferRefusal,
+            ),
+            (
+                Error::PackedSubbyteStrided { code: 17, bits: 4 },
                 BufferRefusal,
             ),
             (Error::UnsupportedDevice { device, hint: "" }, BufferRefusal),

@@ -10,6 +10,7 @@ using CUDA: CuArray
 using CUDA: CUDA, CuStream
 using PythonCall: Py, PyException, pyconvert, pyhasattr, pyimport, pylist
 using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError, ReadOnlyArray
+using StridedViews: StridedView
 
 "Whether torch imports and sees a GPU (false when torch is not installed)."
 function has_torch_cuda()
@@ -109,6 +110,21 @@ else
             else
                 @test_skip "this torch has no torch.utils.dlpack.ReadOnlyTensorWrapper"
             end
+        end
+        @testset "a StridedView with a CuArray parent: a broadcast, zero-copy both ways" begin
+            t = torch.arange(4.0, device="cuda").expand(3, 4)
+            S = from_dlpack(StridedView{Float32,2,<:CuArray}, t)
+            @test S isa StridedView{Float32,2} && parent(S) isa CuArray{Float32,1}
+            @test length(parent(S)) == 4 && strides(S) == (0, 1) && size(S) == (3, 4)
+            @test reinterpret(UInt, pointer(parent(S))) == pyconvert(UInt, t.data_ptr())
+            @test CUDA.@allowscalar(S[3, 2]) == 1
+            @test RsDLPack.release_stream(S) != -1  # unsafe_free! waits for the task's stream too
+            u = share(S, torch.from_dlpack)
+            @test pyconvert(UInt, u.data_ptr()) == pyconvert(UInt, t.data_ptr())
+            @test pyconvert(Vector{Int}, pylist(u.stride())) == [0, 1]
+            @test pyconvert(Bool, torch.equal(u, t))
+            u = nothing
+            RsDLPack.unsafe_free!(S)
         end
         @testset "share a CuArray with torch" begin
             M = CuArray(Float32.(reshape(1:6, 2, 3)))

@@ -145,3 +145,15 @@ def raw_bytes(x):
     import numpy as np
 
     return list(np.asarray(x).view(np.uint8).reshape(-1).tobytes())
+
+
+def misaligned(rows, columns):
+    """A float64 array whose first element is one byte past an 8-byte boundary, holding 0, 1, …"""
+    a = np.frombuffer(bytearray(8 * rows * columns + 1), dtype=np.float64, offset=1, count=rows * columns)
+    a[...] = np.arange(rows * columns)
+    return a.reshape(rows, columns)
+
+
+def element_strides(a):
+    """The strides in elements."""
+    return [s // a.itemsize for s in a.strides]

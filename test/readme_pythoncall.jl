@@ -7,6 +7,7 @@ using Test: @test, @testset, @test_skip
 using RsDLPack
 using PythonCall: Py, pyimport
 using PythonCall: pyconvert, pybuiltins, pyhasattr, PyArray
+using StridedViews: StridedView
 np = pyimport("numpy")
 
 "Whether torch imports here (the examples that use it run only then)."
@@ -53,6 +54,16 @@ address(x) = pyconvert(UInt, x.ctypes.data)
     b = np.broadcast_to(np.arange(4.0), (3, 4))
     err = try from_dlpack(b; copy=false); nothing catch e; e end
     @test err isa DLPackError && err.kind == :buffer && occursin("zero stride", err.message)
+
+    S = from_dlpack(StridedView, b; readonly=true)
+    @test S isa ReadOnlyArray && parent(S) isa StridedView{Float64,2} && S == repeat([0.0 1 2 3], 3)
+    @test length(parent(parent(S))) == 4 && UInt(pointer(parent(parent(S)))) == address(b)
+    W = from_dlpack(StridedView, np.flip(np.arange(12.0).reshape(3, 4)))
+    @test W isa StridedView{Float64,2} && size(W) == (3, 4) && W[1, 1] == 11 && strides(W) == (-4, -1)
+    T = from_dlpack(StridedView{Float64,2}, np.arange(6.0).reshape(2, 3).T)
+    @test T isa StridedView{Float64,2} && T == [0 3; 1 4; 2 5]
+    w = share(W, np.from_dlpack)
+    @test pyconvert(Float64, w[0, 0]) == 11 && pyconvert(Vector{Int}, pybuiltins.list(w.strides)) == [-32, -8]
 
     if has_torch()
         torch = pyimport("torch")

@@ -19,8 +19,8 @@
 #
 # This file sets up each process and its front-end; the tests are one file per subject, included
 # below: without Python eltypes.jl, abi.jl, package.jl, jll.jl; with NumPy numpy.jl, release.jl,
-# share.jl; jax.jl and torch.jl when those are installed; cuda.jl with a GPU; reactant.jl where
-# Reactant is in the environment.
+# share.jl, strided.jl (StridedViews, a test dependency); jax.jl and torch.jl when those are
+# installed; cuda.jl with a GPU; reactant.jl where Reactant is in the environment.
 #
 # The README's examples are test/readme_pythoncall.jl, test/readme_pycall.jl and the CUDA part
 # of test/cuda.jl, line for line: test/python/test_readme.py fails when they differ.
@@ -148,6 +148,7 @@ end
     include("numpy.jl")
     include("release.jl")
     include("share.jl")
+    include("strided.jl")
 end
 
 include("jax.jl")

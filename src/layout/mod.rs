@@ -49,7 +49,7 @@ mod target;
 pub use flat::{ArrayPlan, PlanKind};
 pub use planner::Decision;
 pub use strided::{StridedPlan, strided_plan};
-pub use target::{ArrayRequest, Target, decide, plan_for};
+pub use target::{ArrayRequest, StridedDecision, Target, decide, decide_strided, plan_for};
 
 // Both defined below this module: the descriptor speaks of the order, errors of the reason.
 pub use crate::copy_reason::CopyReason;

@@ -27,18 +27,12 @@ pub struct StridedPlan {
 }
 
 /// The strided plan for `descriptor` in `order`. Refused only where no element type can index
-/// the span: packed sub-byte elements, and a first element misaligned for the element type.
+/// the span: packed sub-byte elements, and a first element misaligned for the element type (an
+/// empty tensor reads no element, so its address does not matter).
 pub fn strided_plan(descriptor: &TensorDescriptor, order: IndexOrder) -> Result<StridedPlan> {
     let element = descriptor.element();
     if let ElementType::PackedBits { code, bits } = element {
-        return Err(Error::PackedSubbyteLayout { code, bits });
-    }
-    if !descriptor.is_aligned() {
-        return Err(Error::Misaligned {
-            address: descriptor.first_element(),
-            align: element.alignment(),
-            element: element.julia_name(),
-        });
+        return Err(Error::PackedSubbyteStrided { code, bits });
     }
     let (shape, strides) = super::ordered(descriptor, order);
     // Validated extents are non-negative.
@@ -50,6 +44,13 @@ pub fn strided_plan(descriptor: &TensorDescriptor, order: IndexOrder) -> Result<
             offset: 0,
             dims,
             strides,
+        });
+    }
+    if !descriptor.is_aligned() {
+        return Err(Error::Misaligned {
+            address: descriptor.first_element(),
+            align: element.alignment(),
+            element: element.julia_name(),
         });
     }
     // Whole elements: strides count elements, so both ends are multiples of the size.
@@ -152,8 +153,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(error, Error::PackedSubbyteLayout { code: 17, bits: 4 }),
+            matches!(error, Error::PackedSubbyteStrided { code: 17, bits: 4 }),
             "{error}"
         );
+        // An empty tensor reads nothing: its address may be anything.
+        let empty = crate::test_support::host_descriptor(
+            (1 << 20) + 4,
+            &[0, 2],
+            &[2, 1],
+            ElementType::Float64,
+        );
+        let plan = strided_plan(&empty, IndexOrder::Producer).unwrap();
+        assert_eq!((plan.span_len, &plan.dims[..]), (0, &[0, 2][..]));
     }
 }

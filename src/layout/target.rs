@@ -7,8 +7,10 @@
 //! decide nothing themselves.
 
 use super::planner::{Decision, copy, plan_into};
+use super::strided::{StridedPlan, strided_plan};
 use super::{Access, ArrayPlan, CopyPolicy, CopyReason, IndexOrder, LayoutPlan};
 use crate::descriptor::TensorDescriptor;
+use crate::dims::DimVec;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 
@@ -64,20 +66,8 @@ pub fn decide(
     out: &mut ArrayPlan,
 ) -> Result<Decision> {
     check_type(descriptor, request)?;
+    check_target(descriptor, request.target)?;
     let device = descriptor.device();
-    let on_target = match request.target {
-        Target::HostArray => device.kind.host_accessible(),
-        Target::CudaArray => device.kind.is_cuda(),
-    };
-    if !on_target {
-        return Err(Error::NotOnTarget {
-            device: device.to_dlpack(),
-            target: match request.target {
-                Target::HostArray => "a host array (Array)",
-                Target::CudaArray => "a CUDA array (CuArray)",
-            },
-        });
-    }
     let policy = request.policy.given(descriptor.is_copied());
     let mut decision = plan_into(descriptor, request.order, policy, out)?;
     let plain = out.needs_view == 0 && out.needs_permutation == 0;
@@ -98,11 +88,7 @@ pub fn decide(
     // A copy is always writable; a view of read-only memory only for a caller who accepts it.
     let shares_read_only = decision == Decision::View && descriptor.read_only();
     if shares_read_only {
-        match request.access {
-            Access::ReadOnly => {}
-            Access::Writable => return Err(Error::ReadOnly),
-            Access::WritableType => return Err(Error::ReadOnlyIntoWritableType),
-        }
+        check_read_only_access(request.access)?;
     }
     let dl_device = device.to_dlpack();
     out.tensor = std::ptr::null_mut();
@@ -118,6 +104,103 @@ pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result
     let mut flat = ArrayPlan::zeroed();
     let decision = decide(descriptor, request, &mut flat)?;
     Ok(flat.readable(descriptor, decision))
+}
+
+/// What [`decide_strided`] decided.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "inline on purpose: one plan per import, and planning allocates nothing"
+)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StridedDecision {
+    /// Share the memory: a strided array over the plan's span. `read_only`: the producer marked
+    /// it read-only (and the request accepts that).
+    View { plan: StridedPlan, read_only: bool },
+    /// No elements: allocate an empty array of `dims` (result order), share nothing.
+    Empty { dims: DimVec<usize> },
+    /// Copy into a fresh column-major array of `dims` (result order), for this reason.
+    Copy {
+        dims: DimVec<usize>,
+        reason: CopyReason,
+    },
+}
+
+/// [`decide`] for a strided array type (StridedViews.jl's `StridedView`), which holds any
+/// layout: every non-empty, aligned tensor is a view ([`strided_plan`]), zero, negative and
+/// overlapping strides included. A copy is made only when asked for ([`CopyPolicy::Always`])
+/// or, under [`CopyPolicy::IfNeeded`], for misaligned data, and only for a host target. The
+/// element type, rank, target and read-only rules are [`decide`]'s; `request.dense` is not
+/// read (the array type is the same whatever the layout).
+pub fn decide_strided(
+    descriptor: &TensorDescriptor,
+    request: &ArrayRequest,
+) -> Result<StridedDecision> {
+    if let ElementType::PackedBits { code, bits } = descriptor.element() {
+        return Err(Error::PackedSubbyteStrided { code, bits });
+    }
+    check_type(descriptor, request)?;
+    check_target(descriptor, request.target)?;
+    let dims = || {
+        let (shape, _) = super::ordered(descriptor, request.order);
+        // Validated extents are non-negative.
+        shape.iter().map(|&n| n as usize).collect()
+    };
+    if descriptor.element_count() == 0 {
+        return Ok(StridedDecision::Empty { dims: dims() });
+    }
+    let policy = request.policy.given(descriptor.is_copied());
+    let reason = if policy == CopyPolicy::Always {
+        CopyReason::Requested
+    } else {
+        match strided_plan(descriptor, request.order) {
+            Ok(plan) => {
+                let read_only = descriptor.read_only();
+                if read_only {
+                    check_read_only_access(request.access)?;
+                }
+                return Ok(StridedDecision::View { plan, read_only });
+            }
+            Err(Error::Misaligned { .. }) if policy == CopyPolicy::IfNeeded => {
+                CopyReason::Misaligned
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    if request.target == Target::CudaArray {
+        return Err(Error::DeviceCopyUnavailable { reason });
+    }
+    Ok(StridedDecision::Copy {
+        dims: dims(),
+        reason,
+    })
+}
+
+/// Refuses memory on a device the target cannot hold.
+fn check_target(descriptor: &TensorDescriptor, target: Target) -> Result<()> {
+    let device = descriptor.device();
+    let on_target = match target {
+        Target::HostArray => device.kind.host_accessible(),
+        Target::CudaArray => device.kind.is_cuda(),
+    };
+    if on_target {
+        return Ok(());
+    }
+    Err(Error::NotOnTarget {
+        device: device.to_dlpack(),
+        target: match target {
+            Target::HostArray => "a host array (Array)",
+            Target::CudaArray => "a CUDA array (CuArray)",
+        },
+    })
+}
+
+/// Refuses a view of read-only memory unless the caller accepts one.
+fn check_read_only_access(access: Access) -> Result<()> {
+    match access {
+        Access::ReadOnly => Ok(()),
+        Access::Writable => Err(Error::ReadOnly),
+        Access::WritableType => Err(Error::ReadOnlyIntoWritableType),
+    }
 }
 
 /// Refuses a tensor whose element type or rank differ from what the caller named.

@@ -311,3 +311,200 @@ fn a_writable_type_refuses_read_only_memory_on_either_target_unless_copied() {
         }
     }
 }
+
+/// The strided decision ([`decide_strided`]): a view for every layout the composed views
+/// copy, under the same request rules.
+mod strided {
+    use super::*;
+
+    fn strided(target: Target, policy: CopyPolicy, access: Access) -> ArrayRequest {
+        ArrayRequest {
+            policy,
+            access,
+            ..ArrayRequest::new(target)
+        }
+    }
+
+    fn view_of(decision: Result<StridedDecision>) -> (StridedPlan, bool) {
+        match decision {
+            Ok(StridedDecision::View { plan, read_only }) => (plan, read_only),
+            other => panic!("expected a view, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn broadcasts_and_overlaps_are_views_on_either_target() {
+        let host = ArrayRequest::new(Target::HostArray);
+        let cuda = ArrayRequest::new(Target::CudaArray);
+        for (shape, strides) in [
+            (&[3, 4][..], &[0, 1][..]),
+            (&[3, 3], &[1, 1]),
+            (&[4], &[-2]),
+        ] {
+            for (kind, request) in [(DeviceKind::Cpu, &host), (DeviceKind::Cuda, &cuda)] {
+                let t = on(kind, shape, strides);
+                let (plan, read_only) = view_of(decide_strided(&t, request));
+                assert!(!read_only);
+                assert_eq!(plan, strided_plan(&t, IndexOrder::Producer).unwrap());
+            }
+        }
+        // Where the composed views need a copy, and so refuse a CUDA target.
+        for (shape, strides) in [(&[3, 4][..], &[0, 1][..]), (&[3, 3], &[1, 1])] {
+            assert!(matches!(
+                plan_for(&on(DeviceKind::Cuda, shape, strides), &cuda),
+                Err(Error::DeviceCopyUnavailable { .. })
+            ));
+        }
+        // Reversed order: dims and strides in result order.
+        let t = on(DeviceKind::Cpu, &[2, 3], &[0, 1]);
+        let reversed = ArrayRequest {
+            order: IndexOrder::Reversed,
+            ..host
+        };
+        let (plan, _) = view_of(decide_strided(&t, &reversed));
+        assert_eq!(
+            (&plan.dims[..], &plan.strides[..]),
+            (&[3, 2][..], &[1, 0][..])
+        );
+    }
+
+    #[test]
+    fn read_only_memory_follows_the_requests_access() {
+        let broadcast = on(DeviceKind::Cpu, &[3, 4], &[0, 1]).with_read_only(true);
+        let ask = |access| {
+            decide_strided(
+                &broadcast,
+                &strided(Target::HostArray, CopyPolicy::IfNeeded, access),
+            )
+        };
+        assert!(matches!(ask(Access::Writable), Err(Error::ReadOnly)));
+        assert!(matches!(
+            ask(Access::WritableType),
+            Err(Error::ReadOnlyIntoWritableType)
+        ));
+        assert!(view_of(ask(Access::ReadOnly)).1, "read-only, and said so");
+        // A copy is writable whatever the access.
+        let copied = decide_strided(
+            &broadcast,
+            &strided(Target::HostArray, CopyPolicy::Always, Access::WritableType),
+        );
+        assert_eq!(
+            copied.unwrap(),
+            StridedDecision::Copy {
+                dims: DimVec::from_slice(&[3, 4]).unwrap(),
+                reason: CopyReason::Requested
+            }
+        );
+    }
+
+    #[test]
+    fn copies_only_when_asked_or_misaligned_and_only_on_the_host() {
+        let writable = Access::Writable;
+        let compact = on(DeviceKind::Cpu, &[2, 3], &[3, 1]);
+        // A tensor the producer copied already satisfies copy=true as a view.
+        let copied_already = on(DeviceKind::Cpu, &[2, 3], &[3, 1]).with_is_copied(true);
+        let always = strided(Target::HostArray, CopyPolicy::Always, writable);
+        assert!(matches!(
+            decide_strided(&compact, &always),
+            Ok(StridedDecision::Copy {
+                reason: CopyReason::Requested,
+                ..
+            })
+        ));
+        view_of(decide_strided(&copied_already, &always));
+        let misaligned =
+            crate::test_support::host_descriptor((1 << 20) + 2, &[2], &[1], ElementType::Float32);
+        assert!(matches!(
+            decide_strided(
+                &misaligned,
+                &strided(Target::HostArray, CopyPolicy::IfNeeded, writable)
+            ),
+            Ok(StridedDecision::Copy {
+                reason: CopyReason::Misaligned,
+                ..
+            })
+        ));
+        assert!(matches!(
+            decide_strided(
+                &misaligned,
+                &strided(Target::HostArray, CopyPolicy::Never, writable)
+            ),
+            Err(Error::Misaligned { align: 4, .. })
+        ));
+        let cuda = on(DeviceKind::Cuda, &[2, 3], &[3, 1]);
+        assert!(matches!(
+            decide_strided(
+                &cuda,
+                &strided(Target::CudaArray, CopyPolicy::Always, writable)
+            ),
+            Err(Error::DeviceCopyUnavailable {
+                reason: CopyReason::Requested
+            })
+        ));
+    }
+
+    #[test]
+    fn empty_tensors_share_nothing_even_when_a_copy_is_asked_for() {
+        for (kind, target) in [
+            (DeviceKind::Cpu, Target::HostArray),
+            (DeviceKind::Cuda, Target::CudaArray),
+        ] {
+            let empty = on(kind, &[0, 3], &[0, -1]).with_read_only(true);
+            let request = strided(target, CopyPolicy::Always, Access::Writable);
+            assert_eq!(
+                decide_strided(
+                    &empty,
+                    &ArrayRequest {
+                        order: IndexOrder::Reversed,
+                        ..request
+                    }
+                )
+                .unwrap(),
+                StridedDecision::Empty {
+                    dims: DimVec::from_slice(&[3, 0]).unwrap()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn type_rank_device_and_packed_elements_are_refused_by_name() {
+        let t = on(DeviceKind::Cpu, &[2, 3], &[3, 1]);
+        let typed = |element, ndim| ArrayRequest {
+            element: Some(element),
+            ndim: Some(ndim),
+            ..ArrayRequest::new(Target::HostArray)
+        };
+        view_of(decide_strided(&t, &typed(ElementType::Float32, 2)));
+        assert!(matches!(
+            decide_strided(&t, &typed(ElementType::Float64, 2)),
+            Err(Error::TypeMismatch { .. })
+        ));
+        assert!(matches!(
+            decide_strided(&t, &typed(ElementType::Float32, 3)),
+            Err(Error::RankMismatch {
+                expected: 3,
+                found: 2
+            })
+        ));
+        assert!(matches!(
+            decide_strided(&t, &ArrayRequest::new(Target::CudaArray)),
+            Err(Error::NotOnTarget { .. })
+        ));
+        let packed = crate::test_support::host_descriptor(
+            1 << 20,
+            &[4],
+            &[1],
+            ElementType::PackedBits { code: 17, bits: 4 },
+        );
+        let error = decide_strided(&packed, &ArrayRequest::new(Target::HostArray)).unwrap_err();
+        assert!(
+            matches!(error, Error::PackedSubbyteStrided { code: 17, bits: 4 }),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("from_dlpack(Array, t)"),
+            "{error}"
+        );
+    }
+}

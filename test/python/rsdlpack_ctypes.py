@@ -210,6 +210,33 @@ class ImportResult(ctypes.Structure):
     _fields_ = [("plan", ArrayPlan), ("released_roots", ctypes.c_uint64)]
 
 
+class StridedPlan(ctypes.Structure):
+    """Mirror of RsdlStridedPlan (bridges/python/src/c_abi/strided_plan.rs)."""
+    _fields_ = [
+        ("tensor", ctypes.c_void_p),
+        ("span_address", ctypes.c_size_t),
+        ("span_byte_offset", ctypes.c_int64),
+        ("span_len", ctypes.c_int64),
+        ("offset", ctypes.c_int64),
+        ("ndims", ctypes.c_int64),
+        ("dims", DIMS),
+        ("strides", DIMS),
+        ("released_roots", ctypes.c_uint64),
+        ("element_code", ctypes.c_uint32),
+        ("device_type", ctypes.c_uint32),
+        ("device_id", ctypes.c_int32),
+        ("kind", ctypes.c_uint8),
+        ("read_only", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint16),
+    ]
+
+    def dims_(self):
+        return [self.dims[k] for k in range(self.ndims)]
+
+    def strides_(self):
+        return [self.strides[k] for k in range(self.ndims)]
+
+
 class ArrayExport(ctypes.Structure):
     """Mirror of RsdlArrayExport: a "Julia array" to share."""
     _fields_ = [
@@ -287,6 +314,8 @@ class Bridge:
         lib.rsdlpack_py_share_into.restype = ctypes.c_int32
         lib.rsdlpack_py_import_plan_with_flags.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(PlanOptions), ctypes.c_uint32, ctypes.POINTER(ImportResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_import_plan_with_flags.restype = ctypes.c_int32
+        lib.rsdlpack_py_import_strided_plan.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(PlanOptions), ctypes.c_uint32, ctypes.POINTER(StridedPlan), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_import_strided_plan.restype = ctypes.c_int32
         lib.rsdlpack_py_share_with_flags.argtypes = [ctypes.POINTER(ArrayExport), ctypes.c_uint32, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_share_with_flags.restype = ctypes.c_int32
         lib.rsdlpack_py_share_into_with_flags.argtypes = [ctypes.POINTER(ArrayExport), ctypes.py_object, ctypes.c_uint32, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
@@ -334,6 +363,18 @@ class Bridge:
         else:
             code = self.lib.rsdlpack_py_import_plan_with_flags(obj, opts, ctypes.byref(plan_options), flags, ctypes.byref(out),
                                                                ctypes.byref(error))
+        if code != 0:
+            return None, (code, self._message(error))
+        return out, None
+
+    def import_strided_plan(self, obj, plan_options=None, options=None, flags=0):
+        """rsdlpack_py_import_strided_plan: (StridedPlan, None) or (None, (code, message))."""
+        out = StridedPlan()
+        error = ctypes.c_void_p()
+        opts = ctypes.byref(options) if options is not None else None
+        plan_options = plan_options if plan_options is not None else PlanOptions.of()
+        code = self.lib.rsdlpack_py_import_strided_plan(obj, opts, ctypes.byref(plan_options), flags, ctypes.byref(out),
+                                                        ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
         return out, None

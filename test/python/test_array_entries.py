@@ -307,18 +307,18 @@ def test_fp8_keeps_its_dlpack_code_through_a_round_trip(bridge):
 
 def test_the_struct_sizes_match_the_mirrors(bridge):
     from rsdlpack_ctypes import (STRUCT_ID_ARRAY_EXPORT, STRUCT_ID_IMPORT_OPTIONS, STRUCT_ID_IMPORT_RESULT,
-                                 STRUCT_ID_PLAN_OPTIONS, STRUCT_ID_SHARE_RESULT, ArrayExport, ImportOptions,
-                                 ImportResult, ShareResult)
+                                 STRUCT_ID_PLAN_OPTIONS, STRUCT_ID_SHARE_RESULT, STRUCT_ID_STRIDED_PLAN, ArrayExport,
+                                 ImportOptions, ImportResult, ShareResult, StridedPlan)
 
     numbered = [(STRUCT_ID_IMPORT_OPTIONS, ImportOptions), (STRUCT_ID_PLAN_OPTIONS, PlanOptions),
                 (STRUCT_ID_IMPORT_RESULT, ImportResult), (STRUCT_ID_ARRAY_EXPORT, ArrayExport),
-                (STRUCT_ID_SHARE_RESULT, ShareResult)]
+                (STRUCT_ID_SHARE_RESULT, ShareResult), (STRUCT_ID_STRIDED_PLAN, StridedPlan)]
     for number, mirror in numbered:
         assert bridge.lib.rsdlpack_struct_size(number) == ctypes.sizeof(mirror), mirror.__name__
-    assert bridge.lib.rsdlpack_struct_size(5) == 0
+    assert bridge.lib.rsdlpack_struct_size(6) == 0
     # The sizes test/abi.jl expects of the Julia mirrors: the header's (julia/abi.jl).
     import pathlib
     import re
     sizes = dict(re.findall(r"^    (Rsdl\w+) = (\d+),$", (pathlib.Path(__file__).parents[2] / "julia" / "abi.jl").read_text(), re.M))
-    assert [ctypes.sizeof(s) for s in (ImportOptions, PlanOptions, ImportResult, ArrayExport, ShareResult)] == \
-        [int(sizes["Rsdl" + s.__name__]) for s in (ImportOptions, PlanOptions, ImportResult, ArrayExport, ShareResult)]
+    mirrors = (ImportOptions, PlanOptions, ImportResult, ArrayExport, ShareResult, StridedPlan)
+    assert [ctypes.sizeof(s) for s in mirrors] == [int(sizes["Rsdl" + s.__name__]) for s in mirrors]

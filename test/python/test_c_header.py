@@ -74,8 +74,8 @@ def replace_once(text, old, new):
 def test_the_mirrors_match_the_header(tmp_path):
     code, output = run_check(tmp_path)
     assert code == 0, output
-    assert "ctypes: 7 structs checked" in output and "Julia: 6 structs checked" in output, output
-    assert "header: 7 structs, 25 functions" in output, output
+    assert "ctypes: 8 structs checked" in output and "Julia: 7 structs checked" in output, output
+    assert "header: 8 structs, 26 functions" in output, output
 
 
 def test_two_swapped_julia_fields_fail_naming_both_sides(tmp_path):
@@ -126,10 +126,10 @@ def test_julia_checking_sizes_in_another_order_fails(tmp_path):
 
 
 def test_julia_checking_a_size_by_no_number_fails(tmp_path):
-    julia = replace_once(BRIDGE_JL.read_text(), "\n                          STRUCT_ID_SHARE_RESULT => ShareResult)", ")")
+    julia = replace_once(BRIDGE_JL.read_text(), ", STRUCT_ID_STRIDED_PLAN => StridedPlan)", ")")
     code, output = run_check(tmp_path, julia=julia)
     assert code == 1, output
-    assert "Julia MIRRORED_STRUCTS has no STRUCT_ID_SHARE_RESULT (RSDL_STRUCT_ID_SHARE_RESULT, struct RsdlShareResult)" in output
+    assert "Julia MIRRORED_STRUCTS has no STRUCT_ID_STRIDED_PLAN (RSDL_STRUCT_ID_STRIDED_PLAN, struct RsdlStridedPlan)" in output
 
 
 def test_struct_size_documented_in_another_order_than_its_enum_fails(tmp_path):
@@ -138,7 +138,7 @@ def test_struct_size_documented_in_another_order_than_its_enum_fails(tmp_path):
     code, output = run_check(tmp_path, header=header)
     assert code == 1, output
     assert ("rsdlpack_struct_size's documentation numbers ['PlanOptions', 'ImportOptions', 'ImportResult', "
-            "'ArrayExport', 'ShareResult'], RsdlStructId ['ImportOptions', 'PlanOptions',") in output, output
+            "'ArrayExport', 'ShareResult', 'StridedPlan'], RsdlStructId ['ImportOptions', 'PlanOptions',") in output, output
 
 
 # --- The constants generated from the header ---------------------------------------------------
@@ -287,7 +287,7 @@ def test_the_checker_lays_the_header_out_as_the_c_compiler_does(tmp_path, bridge
     numbered = struct_ids()
     assert {name: measured[name][0] for name in numbered} == {name: size_of(i) for name, i in numbered.items()}
     assert measured["RsdlImportResult.plan"] == (0, measured["RsdlArrayPlan"][0])
-    assert len(layouts) == 7 and measured["RsdlArrayPlan"][1] == 8
+    assert len(layouts) == 8 and measured["RsdlArrayPlan"][1] == 8
 
 
 def dlpack_include():
@@ -349,7 +349,8 @@ def test_the_library_has_the_header_s_functions_and_struct_sizes(bridge):
     size_of = bridge.lib.rsdlpack_struct_size
     size_of.argtypes, size_of.restype = [ctypes.c_uint32], ctypes.c_size_t
     numbering = check_mirrors.struct_size_numbering(text)
-    assert numbering == ["RsdlImportOptions", "RsdlPlanOptions", "RsdlImportResult", "RsdlArrayExport", "RsdlShareResult"]
+    assert numbering == ["RsdlImportOptions", "RsdlPlanOptions", "RsdlImportResult", "RsdlArrayExport", "RsdlShareResult",
+                         "RsdlStridedPlan"]
     ids = [struct_ids()[n] for n in numbering]
     assert ids == list(range(len(numbering)))
     assert [size_of(i) for i in ids] == [layouts[n].size for n in numbering]

@@ -33,11 +33,12 @@ def share_calls(bridge, backing, flags, into=None):
     return bridge.share(backing.ctypes.data, [4], [1], ELEMENT_CODES["float64"], root_id=90, into=into, flags=flags)
 
 
-@pytest.mark.parametrize("entry_point", ["import_plan", "share", "share_into", "flush_releases"])
+@pytest.mark.parametrize("entry_point", ["import_plan", "import_strided_plan", "share", "share_into", "flush_releases"])
 def test_a_call_that_may_not_wait_is_refused_without_the_gil(bridge, entry_point):
     a = np.arange(4.0)
     calls = {
         "import_plan": lambda: bridge.import_plan(a, flags=CALL_REFUSE_WITHOUT_GIL),
+        "import_strided_plan": lambda: bridge.import_strided_plan(a, flags=CALL_REFUSE_WITHOUT_GIL),
         "share": lambda: share_calls(bridge, a, CALL_REFUSE_WITHOUT_GIL),
         "share_into": lambda: share_calls(bridge, a, CALL_REFUSE_WITHOUT_GIL, into=np.ndarray),
         "flush_releases": lambda: bridge.flush_releases(CALL_REFUSE_WITHOUT_GIL),
@@ -56,6 +57,10 @@ def test_with_the_gil_held_the_same_calls_run(bridge_with_gil):
     assert error is None, error
     assert result.plan.dims_() == [4]
     bridge_with_gil.release_handle(result.plan.tensor)
+    strided, error = on_a_thread(lambda: bridge_with_gil.import_strided_plan(a, flags=CALL_REFUSE_WITHOUT_GIL))
+    assert error is None, error
+    assert strided.dims_() == [4]
+    bridge_with_gil.release_handle(strided.tensor)
     (exporter, _), error = share_calls(bridge_with_gil, a, CALL_REFUSE_WITHOUT_GIL)
     assert error is None, error
     assert np.from_dlpack(exporter).tolist() == a.tolist()

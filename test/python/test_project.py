@@ -168,3 +168,14 @@ def test_the_test_environment_declares_numpy_for_condapkg():
     assert set(conda) == {"dev"}, conda
     assert "numpy" in conda["dev"]["deps"]
     assert "CondaPkg" in PROJECT["targets"]["test"]
+
+
+def test_the_stridedviews_bounds_are_the_tags_its_extension_traced():
+    compat = PROJECT["compat"]["StridedViews"]
+    assert PROJECT["extensions"]["RsDLPackStridedViewsExt"] == "StridedViews"
+    for traced in ("0.4.0", "0.4.6", "0.5.0", "0.5.2"):
+        assert admits(compat, traced), traced
+    # 0.3 and older: another parent normalisation (the Array itself on Julia 1.11), not traced.
+    assert not admits(compat, "0.3.2") and not admits(compat, "0.6.0")
+    header = " ".join((REPO / "ext" / "RsDLPackStridedViewsExt.jl").read_text().replace("#", " ").split())
+    assert "traced at every tag of the [compat] range, v0.4.0 through v0.4.6 and v0.5.0 through v0.5.2" in header

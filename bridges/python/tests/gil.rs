@@ -9,10 +9,10 @@ use pyo3::prelude::*;
 use rsdlpack_python::ErrorCode;
 use rsdlpack_python::c_abi::{
     RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_ANY, RsdlArrayExport, RsdlImportResult,
-    RsdlPlanOptions, RsdlShareResult, rsdlpack_error_free, rsdlpack_imported_release,
-    rsdlpack_py_flush_releases, rsdlpack_py_flush_releases_with_flags,
-    rsdlpack_py_import_plan_with_flags, rsdlpack_py_pending_releases,
-    rsdlpack_py_share_into_with_flags, rsdlpack_py_share_with_flags,
+    RsdlPlanOptions, RsdlShareResult, RsdlStridedPlan, rsdlpack_error_free,
+    rsdlpack_imported_release, rsdlpack_py_flush_releases, rsdlpack_py_flush_releases_with_flags,
+    rsdlpack_py_import_plan_with_flags, rsdlpack_py_import_strided_plan,
+    rsdlpack_py_pending_releases, rsdlpack_py_share_into_with_flags, rsdlpack_py_share_with_flags,
     rsdlpack_py_take_released_roots, rsdlpack_tensor_release,
 };
 use rsdlpack_python::python::release::{Wait, drain, rewrap};
@@ -77,18 +77,21 @@ fn take_message(message: *mut std::ffi::c_char) -> String {
     text
 }
 
+/// A host request with no typed constraints.
+const ANY_PLAN: RsdlPlanOptions = RsdlPlanOptions {
+    element_code: RSDLPACK_PLAN_ANY,
+    ndims: RSDLPACK_PLAN_ANY,
+    target: 0,
+    order: 0,
+    copy: -1,
+    readonly: 0,
+    dense: 0,
+    reserved: 0,
+};
+
 /// What `rsdlpack_py_import_plan_with_flags` answers for `object` (an address) on this thread.
 fn import_plan(object: usize, flags: u32) -> (i32, String, usize) {
-    let plan_options = RsdlPlanOptions {
-        element_code: RSDLPACK_PLAN_ANY,
-        ndims: RSDLPACK_PLAN_ANY,
-        target: 0,
-        order: 0,
-        copy: -1,
-        readonly: 0,
-        dense: 0,
-        reserved: 0,
-    };
+    let plan_options = ANY_PLAN;
     let mut out = std::mem::MaybeUninit::<RsdlImportResult>::uninit();
     let mut error = std::ptr::null_mut();
     // SAFETY: `object` is a live NumPy array the calling test keeps; the rest are ours.
@@ -141,7 +144,9 @@ fn calls_that_may_not_wait_refuse_at_once_while_another_thread_holds_the_gil() {
                 reserved: 0,
             };
             let mut out = std::mem::MaybeUninit::<RsdlShareResult>::uninit();
-            let (mut e1, mut e2, mut e3) = (
+            let mut strided = std::mem::MaybeUninit::<RsdlStridedPlan>::uninit();
+            let (mut e1, mut e2, mut e3, mut e4) = (
+                std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
@@ -159,9 +164,17 @@ fn calls_that_may_not_wait_refuse_at_once_while_another_thread_holds_the_gil() {
                         &mut e2,
                     ),
                     rsdlpack_py_flush_releases_with_flags(refuse, &mut released, &mut e3),
+                    rsdlpack_py_import_strided_plan(
+                        object as *mut _,
+                        std::ptr::null(),
+                        &ANY_PLAN,
+                        refuse,
+                        strided.as_mut_ptr(),
+                        &mut e4,
+                    ),
                 ]
             };
-            let messages = [e1, e2, e3].map(take_message);
+            let messages = [e1, e2, e3, e4].map(take_message);
             done.send((import, codes, messages, released)).unwrap();
         });
         let ((code, message, _), codes, messages, released) = finished
@@ -170,7 +183,7 @@ fn calls_that_may_not_wait_refuse_at_once_while_another_thread_holds_the_gil() {
         let invalid = ErrorCode::Invalid as i32;
         assert_eq!(
             (code, codes),
-            (invalid, [invalid; 3]),
+            (invalid, [invalid; 4]),
             "{message} {messages:?}"
         );
         for (message, function) in std::iter::once(&message).chain(&messages).zip([
@@ -178,6 +191,7 @@ fn calls_that_may_not_wait_refuse_at_once_while_another_thread_holds_the_gil() {
             "rsdlpack_py_share_with_flags",
             "rsdlpack_py_share_into_with_flags",
             "rsdlpack_py_flush_releases_with_flags",
+            "rsdlpack_py_import_strided_plan",
         ]) {
             assert!(
                 message.starts_with(function) && message.contains(GIL_MESSAGE),

@@ -1,6 +1,7 @@
 //! The one-crossing import behind Julia's `from_dlpack`: one call imports, validates once
 //! and plans, and answers with everything the caller needs in one struct. A view or a copy
 //! comes with a handle to the imported tensor, released by the functions of [`super::held`].
+//! [`import_then`] is that call less the plan, which [`super::strided_plan`] shares.
 
 use super::border::{attach_for, entry_point, with_object_as};
 use super::held::Held;
@@ -11,11 +12,11 @@ use crate::error::{BridgeError, BridgeResult};
 use crate::export::roots;
 use crate::import::import;
 use pyo3::ffi;
-use rsdlpack::ElementType;
 use rsdlpack::layout::{
     Access, ArrayPlan, ArrayRequest, CopyPolicy, Decision, IndexOrder, Target, decide,
 };
-use std::ffi::c_char;
+use rsdlpack::{ElementType, TensorDescriptor};
+use std::ffi::{c_char, c_void};
 
 /// What the caller wants the tensor to become (see `rsdlpack::layout::ArrayRequest`).
 #[repr(C)]
@@ -158,39 +159,77 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan_with_flags(
             plan_options,
             out,
         );
-        let attach = attach_for(
-            "rsdlpack_py_import_plan_with_flags",
-            flags,
-            RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_PLAN_WRITABLE_TYPE,
-        )?;
-        // SAFETY: `plan_options` is readable (checked non-null; caller's contract).
-        let mut request = unsafe { *plan_options }.parse()?;
-        if flags & RSDLPACK_PLAN_WRITABLE_TYPE != 0 {
-            request.access = Access::WritableType;
-        }
-        // SAFETY: `import_options` is null or readable (caller's contract).
-        let import_request = unsafe { RsdlImportOptions::read(import_options) }?;
         // SAFETY: `out` is writable (checked non-null; caller's contract). The plan is written
         // in place: the struct is 1.6 KB.
         let out = unsafe { &mut *out };
-        // SAFETY: `object` is a live object the caller lends us for the call.
-        unsafe {
-            with_object_as(attach, object, |object| {
-                let tensor = import(object, &import_request)?;
-                // On error `tensor` drops here, under the GIL: its deleter runs now.
-                let decision = decide(tensor.descriptor(), &request, &mut out.plan)?;
-                out.released_roots = roots::released_count() as u64;
-                if decision != Decision::Empty {
-                    let held = Held {
-                        tensor,
-                        order: request.order,
-                    };
-                    out.plan.tensor = held.into_handle();
-                }
-                Ok(())
-            })
-        }
+        // SAFETY: forwarded from this entry point's contract; both pointers checked non-null.
+        let handle = unsafe {
+            import_then(
+                "rsdlpack_py_import_plan_with_flags",
+                object,
+                import_options,
+                plan_options,
+                flags,
+                |descriptor, request| {
+                    let decision = decide(descriptor, request, &mut out.plan)?;
+                    Ok(decision != Decision::Empty)
+                },
+            )
+        }?;
+        out.plan.tensor = handle;
+        out.released_roots = roots::released_count() as u64;
+        Ok(())
     };
     // SAFETY: `error_out` is null or writable (this entry point's contract).
     unsafe { entry_point(error_out, body) }
+}
+
+/// The import both one-crossing entry points make, less the plan: `flags` checked
+/// (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` and `RSDLPACK_PLAN_WRITABLE_TYPE`, which sets
+/// [`Access::WritableType`]; other bits refused, naming `function`), the options read, `object`
+/// imported (under the GIL, as `flags` allow) and `plan` run on the tensor with the request.
+/// When `plan` answers `true` the caller holds the tensor: its handle for the functions of
+/// [`super::held`] comes back. Otherwise, and on every error, the tensor is dropped under the
+/// GIL (its deleter runs now) and the answer is null or the error.
+///
+/// # Safety
+/// `object` must be a live `PyObject*`; `plan_options` readable (non-null); `import_options`
+/// null or readable, its stream handle (if any) a live `CUstream` of the tensor's device until
+/// the tensor is released.
+#[inline]
+pub(super) unsafe fn import_then(
+    function: &'static str,
+    object: *mut ffi::PyObject,
+    import_options: *const RsdlImportOptions,
+    plan_options: *const RsdlPlanOptions,
+    flags: u32,
+    plan: impl FnOnce(&TensorDescriptor, &ArrayRequest) -> BridgeResult<bool>,
+) -> BridgeResult<*mut c_void> {
+    let attach = attach_for(
+        function,
+        flags,
+        RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_PLAN_WRITABLE_TYPE,
+    )?;
+    // SAFETY: `plan_options` is readable (this function's contract).
+    let mut request = unsafe { *plan_options }.parse()?;
+    if flags & RSDLPACK_PLAN_WRITABLE_TYPE != 0 {
+        request.access = Access::WritableType;
+    }
+    // SAFETY: `import_options` is null or readable (this function's contract).
+    let import_request = unsafe { RsdlImportOptions::read(import_options) }?;
+    // SAFETY: `object` is a live object the caller lends us for the call.
+    unsafe {
+        with_object_as(attach, object, |object| {
+            let tensor = import(object, &import_request)?;
+            // On error or `false`, `tensor` drops here, under the GIL: its deleter runs now.
+            if !plan(tensor.descriptor(), &request)? {
+                return Ok(std::ptr::null_mut());
+            }
+            let held = Held {
+                tensor,
+                order: request.order,
+            };
+            Ok(held.into_handle())
+        })
+    }
 }

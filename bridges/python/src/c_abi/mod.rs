@@ -3,6 +3,8 @@
 //!
 //! - [`import_plan`]: `rsdlpack_py_import_plan`, import + validate + plan in one call (Julia's
 //!   `from_dlpack`), whose handles [`held`] copies and releases, now or later;
+//!   [`strided_plan`]: the same call answering with the strided plan (Julia's
+//!   `from_dlpack(StridedView, t)`), with the same handles;
 //! - [`share`]: a Julia array exported in one call (Julia's `share`), into an exporter or a
 //!   consumer's type;
 //! - [`managed`]: one `DLManagedTensorVersioned*` in or out (`rsdlpack_py_import`,
@@ -18,6 +20,8 @@
 pub mod values;
 
 pub mod import_plan;
+
+pub mod strided_plan;
 
 pub mod held;
 
@@ -58,6 +62,7 @@ pub use share::{
     rsdlpack_py_take_released_roots,
 };
 pub use sizes::{RsdlStructId, rsdlpack_struct_size};
+pub use strided_plan::{RsdlStridedPlan, rsdlpack_py_import_strided_plan};
 pub use values::{
     RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY,
     RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,

@@ -4,6 +4,7 @@
 use super::import_plan::{RsdlImportResult, RsdlPlanOptions};
 use super::managed::RsdlImportOptions;
 use super::share::{RsdlArrayExport, RsdlShareResult};
+use super::strided_plan::RsdlStridedPlan;
 
 /// The numbers `rsdlpack_struct_size` knows the structs by (Julia checks its mirrors' sizes
 /// against them when it loads the library).
@@ -15,11 +16,13 @@ pub enum RsdlStructId {
     ImportResult = 2,
     ArrayExport = 3,
     ShareResult = 4,
+    StridedPlan = 5,
 }
 
 /// The size in bytes of the C structs callers mirror, by number: 0 `RsdlImportOptions`,
-/// 1 `RsdlPlanOptions`, 2 `RsdlImportResult`, 3 `RsdlArrayExport`, 4 `RsdlShareResult`; 0 for
-/// any other number. Julia checks its mirrors against these when it loads the library.
+/// 1 `RsdlPlanOptions`, 2 `RsdlImportResult`, 3 `RsdlArrayExport`, 4 `RsdlShareResult`,
+/// 5 `RsdlStridedPlan`; 0 for any other number. Julia checks its mirrors against these when it
+/// loads the library.
 #[unsafe(no_mangle)]
 pub extern "C" fn rsdlpack_struct_size(which: u32) -> usize {
     match which {
@@ -28,6 +31,7 @@ pub extern "C" fn rsdlpack_struct_size(which: u32) -> usize {
         2 => size_of::<RsdlImportResult>(),
         3 => size_of::<RsdlArrayExport>(),
         4 => size_of::<RsdlShareResult>(),
+        5 => size_of::<RsdlStridedPlan>(),
         _ => 0,
     }
 }
@@ -44,6 +48,7 @@ mod tests {
             (RsdlStructId::ImportResult, size_of::<RsdlImportResult>()),
             (RsdlStructId::ArrayExport, size_of::<RsdlArrayExport>()),
             (RsdlStructId::ShareResult, size_of::<RsdlShareResult>()),
+            (RsdlStructId::StridedPlan, size_of::<RsdlStridedPlan>()),
         ];
         for (index, (id, size)) in numbered.into_iter().enumerate() {
             assert_eq!(id as usize, index, "{id:?}: the ids count from 0");
