@@ -1056,6 +1056,9 @@ mod tests {
             julia(64, &[3, 3], &[1, 3], fp4),
             Err(Error::PackedSubbyteLayout { .. })
         ));
+        // An empty packed tensor indexes nothing: any strides describe it.
+        let empty = julia(64, &[2, 0], &[3, 5], fp4).unwrap();
+        assert!(!empty.is_row_major_compact() && empty.element_count() == 0);
         let reversed = TensorDescriptor::from_julia_layout(
             64,
             Device::CPU,
@@ -1092,6 +1095,17 @@ mod tests {
             compact.moved_to(usize::MAX - 4, Device::CPU),
             Err(Error::ExtentOverflow { .. })
         ));
+        // A device tensor's bytes moved to the host (cuda::to_host) are described there.
+        let cuda = Device {
+            kind: crate::device::DeviceKind::Cuda,
+            id: 1,
+        };
+        let on_device = TensorDescriptor::compact(64, cuda, f32, &[2, 3], false).unwrap();
+        assert_eq!(on_device.device(), cuda);
+        assert_eq!(
+            on_device.moved_to(128, Device::CPU).unwrap().device(),
+            Device::CPU
+        );
     }
 
     #[test]
