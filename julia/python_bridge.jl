@@ -152,10 +152,14 @@ function load_python_bridge!()
     return nothing
 end
 
+not_loaded() = DLPackError(:invalid, "the Python bridge is not loaded; `using PyCall` or `using PythonCall` first")
+
+"An entry point looked up at load (`IMPORT_PLAN`, …), or the not-loaded error."
+loaded(entry::Ref{Ptr{Cvoid}}) = entry[] == C_NULL ? throw(not_loaded()) : entry[]
+
 function python_symbol(name::Symbol)
     lock(PYTHON_SYMBOLS_LOCK) do
-        PYTHON_BRIDGE[] == C_NULL && throw(DLPackError(:invalid,
-            "the Python bridge is not loaded; `using PyCall` or `using PythonCall` first"))
+        PYTHON_BRIDGE[] == C_NULL && throw(not_loaded())
         get!(() -> Libdl.dlsym(PYTHON_BRIDGE[], name), PYTHON_SYMBOLS, name)
     end
 end
@@ -164,6 +168,23 @@ function bridge_error(code::Integer, message::Ptr{UInt8})
     text = message == C_NULL ? "(no message)" : unsafe_string(message)
     message == C_NULL || ccall(python_symbol(:rsdlpack_error_free), Cvoid, (Ptr{UInt8},), message)
     return native_error(code, text)
+end
+
+"""
+    checked(call; on_error=nothing)
+
+Runs `call(message)`, a `ccall` of an entry point that returns an error code and writes its
+message through `message`, and throws that error unless the code is 0 (running `on_error()`
+first, where given).
+"""
+@inline function checked(call; on_error=nothing)
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = call(message)
+    if code != 0
+        on_error === nothing || on_error()
+        throw(bridge_error(code, message[]))
+    end
+    return nothing
 end
 
 """
@@ -176,13 +197,13 @@ describe. The plan's `tensor` (views and copies) is an owned handle: give it to 
 """
 function python_import_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_options::PlanOptions,
                             flags::UInt32)
-    IMPORT_PLAN[] == C_NULL && python_symbol(:rsdlpack_py_import_plan_with_flags)  # throws: not loaded
+    entry = loaded(IMPORT_PLAN)
     result = Ref{ImportResult}()
-    message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(IMPORT_PLAN[], Int32,
-                 (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{ImportResult}, Ref{Ptr{UInt8}}),
-                 object, options, plan_options, flags, result, message)
-    code == 0 || throw(bridge_error(code, message[]))
+    checked() do message
+        ccall(entry, Int32,
+              (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{ImportResult}, Ref{Ptr{UInt8}}),
+              object, options, plan_options, flags, result, message)
+    end
     result[].released_roots == 0 || unroot_released!()
     return result[].plan
 end
@@ -198,11 +219,11 @@ function python_import_strided_plan(object::Ptr{Cvoid}, options::ImportOptions, 
                                     flags::UInt32)
     entry = python_symbol(:rsdlpack_py_import_strided_plan)
     result = Ref{StridedPlan}()
-    message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(entry, Int32,
-                 (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{StridedPlan}, Ref{Ptr{UInt8}}),
-                 object, options, plan_options, flags, result, message)
-    code == 0 || throw(bridge_error(code, message[]))
+    checked() do message
+        ccall(entry, Int32,
+              (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{StridedPlan}, Ref{Ptr{UInt8}}),
+              object, options, plan_options, flags, result, message)
+    end
     result[].released_roots == 0 || unroot_released!()
     return result[]
 end
@@ -215,12 +236,13 @@ returns a new reference to a Python object with `__dlpack__`. On error nothing r
 root any more.
 """
 function python_share(array::ArrayExport)
-    SHARE[] == C_NULL && python_symbol(:rsdlpack_py_share_with_flags)  # throws: not loaded
+    entry = loaded(SHARE)
     result = Ref{ShareResult}()
-    message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(SHARE[], Int32, (Ref{ArrayExport}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-                 array, UInt32(CALL_REFUSE_WITHOUT_GIL), result, message)
-    return shared_object(code, result, message)
+    checked(; on_error=unroot_released!) do message
+        ccall(entry, Int32, (Ref{ArrayExport}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
+              array, UInt32(CALL_REFUSE_WITHOUT_GIL), result, message)
+    end
+    return shared_object(result)
 end
 
 """
@@ -231,21 +253,17 @@ an object of it, made by that type's DLPack C exchange API (`managed_tensor_to_p
 a type without one is refused); for any other object, an exporter as from `python_share`.
 """
 function python_share_into(array::ArrayExport, type::Ptr{Cvoid})
-    SHARE_INTO[] == C_NULL && python_symbol(:rsdlpack_py_share_into_with_flags)  # throws: not loaded
+    entry = loaded(SHARE_INTO)
     result = Ref{ShareResult}()
-    message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(SHARE_INTO[], Int32,
-                 (Ref{ArrayExport}, Ptr{Cvoid}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-                 array, type, UInt32(CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES), result, message)
-    return shared_object(code, result, message)
+    checked(; on_error=unroot_released!) do message
+        ccall(entry, Int32, (Ref{ArrayExport}, Ptr{Cvoid}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
+              array, type, UInt32(CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES), result, message)
+    end
+    return shared_object(result)
 end
 
-# A share's answer: the new reference, or the error thrown (the root is unrooted either way).
-function shared_object(code::Int32, result::Ref{ShareResult}, message::Ref{Ptr{UInt8}})
-    if code != 0
-        unroot_released!()
-        throw(bridge_error(code, message[]))
-    end
+# A share's answer: the new reference (on error the root was unrooted, by `checked`'s `on_error`).
+function shared_object(result::Ref{ShareResult})
     result[].released_roots == 0 || unroot_released!()
     return result[].exporter
 end
@@ -288,9 +306,9 @@ ordering failed; the tensor is released regardless.
 function release_now!(owner::TensorOwner, stream::Int64=Int64(-1))
     handle = take_handle!(owner)
     handle == C_NULL && return nothing
-    message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(RELEASE_AFTER[], Int32, (Ptr{Cvoid}, Int64, Ref{Ptr{UInt8}}), handle, stream, message)
-    code == 0 || throw(bridge_error(code, message[]))
+    checked() do message
+        ccall(RELEASE_AFTER[], Int32, (Ptr{Cvoid}, Int64, Ref{Ptr{UInt8}}), handle, stream, message)
+    end
     return nothing
 end
 
@@ -308,11 +326,11 @@ end
 
 "Copies the planned tensor into `A` (allocated with the plan's dims), then releases it."
 function copy_into!(A::DenseArray, handle::Ptr{Cvoid})
-    message = Ref{Ptr{UInt8}}(C_NULL)
-    code = GC.@preserve A ccall(python_symbol(:rsdlpack_imported_copy_into), Int32,
-                                (Ptr{Cvoid}, Ptr{Cvoid}, Csize_t, Ref{Ptr{UInt8}}),
-                                handle, pointer(A), sizeof(A), message)
-    code == 0 || throw(bridge_error(code, message[]))
+    entry = python_symbol(:rsdlpack_imported_copy_into)
+    checked() do message
+        GC.@preserve A ccall(entry, Int32, (Ptr{Cvoid}, Ptr{Cvoid}, Csize_t, Ref{Ptr{UInt8}}),
+                             handle, pointer(A), sizeof(A), message)
+    end
     return A
 end
 
@@ -330,13 +348,20 @@ function flush_releases()
     unroot_released!()
     PYTHON_BRIDGE[] == C_NULL && return 0
     released = Ref{Csize_t}(0)
-    message = Ref{Ptr{UInt8}}(C_NULL)
-    code = ccall(python_symbol(:rsdlpack_py_flush_releases_with_flags), Int32,
-                 (UInt32, Ref{Csize_t}, Ref{Ptr{UInt8}}), UInt32(CALL_REFUSE_WITHOUT_GIL), released, message)
-    code == 0 || throw(bridge_error(code, message[]))
+    entry = python_symbol(:rsdlpack_py_flush_releases_with_flags)
+    checked() do message
+        ccall(entry, Int32, (UInt32, Ref{Csize_t}, Ref{Ptr{UInt8}}), UInt32(CALL_REFUSE_WITHOUT_GIL), released, message)
+    end
     return Int(released[])
 end
 
 "How many released Python-produced tensors wait for their deleters (see `flush_releases`)."
 pending_releases() =
     PYTHON_BRIDGE[] == C_NULL ? 0 : Int(ccall(python_symbol(:rsdlpack_py_pending_releases), Csize_t, ()))
+
+"""
+Takes up to `length(batch)` root ids whose exported tensors were released into `batch`;
+returns how many.
+"""
+take_released_roots!(batch::Vector{UInt64}) =
+    Int(ccall(python_symbol(:rsdlpack_py_take_released_roots), Csize_t, (Ptr{UInt64}, Csize_t), batch, length(batch)))

@@ -18,8 +18,7 @@ function unroot_released!()
     PYTHON_BRIDGE[] == C_NULL && return nothing
     batch = Vector{UInt64}(undef, 64)
     while true
-        n = Int(ccall(python_symbol(:rsdlpack_py_take_released_roots), Csize_t,
-                      (Ptr{UInt64}, Csize_t), batch, length(batch)))
+        n = take_released_roots!(batch)
         lock(ROOTS_LOCK) do
             for id in view(batch, 1:n)
                 delete!(ROOTS, id)

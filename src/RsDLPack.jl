@@ -32,6 +32,11 @@ using PrecompileTools: @setup_workload, @compile_workload
 using ReadOnlyArrays: ReadOnlyArray
 
 export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray, DLPackRaw
+# Public, not exported (the README calls them qualified). `public` is syntax from Julia 1.11;
+# built as an expression, this still parses on 1.10.
+@static if VERSION >= v"1.11"
+    eval(Expr(:public, :unsafe_free!, :set_library_paths!, :pending_releases))
+end
 
 include("../julia/abi.jl")
 include("../julia/errors.jl")

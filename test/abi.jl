@@ -31,6 +31,19 @@ end
     end
     @test thrown isa DLPackError && thrown.kind in (:invalid, :buffer)
     @test RsDLPack.error_kind(2) == :buffer && RsDLPack.error_kind(77) == :internal
+    # Every entry point's call goes through `checked`: code 0 passes, any other throws its kind.
+    @test RsDLPack.checked(_ -> Int32(0)) === nothing
+    cleaned = Ref(0)
+    failed = try
+        RsDLPack.checked(_ -> Int32(RsDLPack.ERROR_CODE_BUFFER); on_error=() -> (cleaned[] += 1))
+    catch err
+        err
+    end
+    @test failed isa DLPackError && failed.kind == :buffer && failed.message == "(no message)" && cleaned[] == 1
+    @test_throws DLPackError RsDLPack.loaded(Ref{Ptr{Cvoid}}(C_NULL))
+    if VERSION >= v"1.11"
+        @test all(name -> Base.ispublic(RsDLPack, name), (:unsafe_free!, :set_library_paths!, :pending_releases))
+    end
     @test sprint(showerror, DLPackError(:invalid, "x")) == "DLPackError (invalid): x"
     o = RsDLPack.ImportOptions(; stream=5, device=(2, 1), copy=false)
     @test (o.has_stream, o.stream, o.has_device, o.device_type, o.device_id, o.copy) == (1, 5, 1, 2, 1, 0)
