@@ -359,31 +359,33 @@ typedef struct RsdlImportOptions {
  */
 typedef struct RsdlPlanOptions {
   /**
-   * -1: any element type; else the `ElementType::code` the caller names.
+   * `RSDLPACK_PLAN_ANY` (-1): any element type; else the `ElementType::code` the caller names.
    */
   int64_t element_code;
   /**
-   * -1: any rank; else the rank the caller names.
+   * `RSDLPACK_PLAN_ANY` (-1): any rank; else the rank the caller names.
    */
   int64_t ndims;
   /**
-   * 0: a host array; 1: a CUDA array.
+   * An `RsdlTarget`: 0 a host array, 1 a CUDA array.
    */
   uint32_t target;
   /**
-   * 0: the producer's index order; 1: reversed.
+   * An `RsdlIndexOrder`: 0 the producer's index order, 1 reversed.
    */
   uint32_t order;
   /**
-   * -1: copy when needed (`copy=nothing`); 0: never; 1: always.
+   * An `RsdlCopy`: -1 copy when needed (`copy=nothing`), 0 never, 1 always.
    */
   int32_t copy;
   /**
-   * 1: a view of read-only memory is acceptable (the caller wraps it read-only).
+   * An `RsdlAccess`: 1 a view of read-only memory is acceptable (the caller wraps it
+   * read-only).
    */
   uint32_t readonly;
   /**
-   * 1: only a plain dense array will do (the typed forms); other layouts are copied.
+   * An `RsdlDense`: 1 only a plain dense array will do (the typed forms); other layouts are
+   * copied.
    */
   uint32_t dense;
   uint32_t reserved;

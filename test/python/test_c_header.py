@@ -356,3 +356,29 @@ def test_the_library_has_the_header_s_functions_and_struct_sizes(bridge):
     assert [size_of(i) for i in ids] == [layouts[n].size for n in numbering]
     assert size_of(len(numbering)) == 0
     assert re.search(r"#define RSDLPACK_MAX_NDIM 32\b", text)
+
+
+# Who calls each entry point, as docs/src/c_abi.md's "called by" column names them.
+CALLERS = (
+    ("Julia", ("julia/*.jl", "ext/*.jl")),
+    ("ctypes tests", ("test/python/*.py",)),
+    ("Rust tests", ("bridges/python/tests/*.rs",)),
+    ("soak", ("scripts/soak.py",)),
+    ("GPU check", ("test/gpu/check_gpu.py",)),
+    ("bench", ("bridges/python/benches/*",)),
+)
+
+
+def test_the_entry_point_table_says_who_calls_each():
+    texts = {label: [p.read_text() for g in globs for p in ROOT.glob(g)] for label, globs in CALLERS}
+    rows = [line for line in C_ABI_MD.read_text().splitlines() if line.startswith("| `rsdlpack_")]
+    documented = set()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        names = re.findall(r"`(rsdlpack_\w+)\(", cells[0])
+        documented.update(names)
+        found = [label for label, sources in texts.items()
+                 if any(re.search(rf"(?<!\w){name}(?!\w)", s) for name in names for s in sources)]
+        assert cells[-1] == ", ".join(found), f"{names}: the table says {cells[-1]!r}, the tree {', '.join(found)!r}"
+    header = set(re.findall(r"\b(rsdlpack_\w+)\(", HEADER.read_text())) - {"rsdlpack_error_free"}
+    assert header == documented, f"in the header, not the table: {header - documented}; the reverse: {documented - header}"

@@ -6,7 +6,10 @@
 use super::border::{attach_for, entry_point, with_object_as};
 use super::held::Held;
 use super::managed::RsdlImportOptions;
-use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_WRITABLE_TYPE};
+use super::values::{
+    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_ANY, RSDLPACK_PLAN_WRITABLE_TYPE, RsdlAccess,
+    RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
+};
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::roots;
@@ -22,19 +25,21 @@ use std::ffi::{c_char, c_void};
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RsdlPlanOptions {
-    /// -1: any element type; else the `ElementType::code` the caller names.
+    /// `RSDLPACK_PLAN_ANY` (-1): any element type; else the `ElementType::code` the caller names.
     pub element_code: i64,
-    /// -1: any rank; else the rank the caller names.
+    /// `RSDLPACK_PLAN_ANY` (-1): any rank; else the rank the caller names.
     pub ndims: i64,
-    /// 0: a host array; 1: a CUDA array.
+    /// An `RsdlTarget`: 0 a host array, 1 a CUDA array.
     pub target: u32,
-    /// 0: the producer's index order; 1: reversed.
+    /// An `RsdlIndexOrder`: 0 the producer's index order, 1 reversed.
     pub order: u32,
-    /// -1: copy when needed (`copy=nothing`); 0: never; 1: always.
+    /// An `RsdlCopy`: -1 copy when needed (`copy=nothing`), 0 never, 1 always.
     pub copy: i32,
-    /// 1: a view of read-only memory is acceptable (the caller wraps it read-only).
+    /// An `RsdlAccess`: 1 a view of read-only memory is acceptable (the caller wraps it
+    /// read-only).
     pub readonly: u32,
-    /// 1: only a plain dense array will do (the typed forms); other layouts are copied.
+    /// An `RsdlDense`: 1 only a plain dense array will do (the typed forms); other layouts are
+    /// copied.
     pub dense: u32,
     pub reserved: u32,
 }
@@ -44,20 +49,20 @@ impl RsdlPlanOptions {
     #[inline]
     fn parse(&self) -> BridgeResult<ArrayRequest> {
         let bad = |what: &'static str, value: i64| BridgeError::PlanOption { what, value };
-        let target = match self.target {
-            0 => Target::HostArray,
-            1 => Target::CudaArray,
-            other => return Err(bad("target (0 host, 1 CUDA)", other.into())),
+        let target = match RsdlTarget::from_field(self.target) {
+            Some(RsdlTarget::HostArray) => Target::HostArray,
+            Some(RsdlTarget::CudaArray) => Target::CudaArray,
+            None => return Err(bad("target (0 host, 1 CUDA)", self.target.into())),
         };
         let order = index_order(self.order)?;
-        let policy = match self.copy {
-            -1 => CopyPolicy::IfNeeded,
-            0 => CopyPolicy::Never,
-            1 => CopyPolicy::Always,
-            other => return Err(bad("copy (-1, 0 or 1)", other.into())),
+        let policy = match RsdlCopy::from_field(self.copy) {
+            Some(RsdlCopy::IfNeeded) => CopyPolicy::IfNeeded,
+            Some(RsdlCopy::Never) => CopyPolicy::Never,
+            Some(RsdlCopy::Always) => CopyPolicy::Always,
+            None => return Err(bad("copy (-1, 0 or 1)", self.copy.into())),
         };
         let element = match self.element_code {
-            -1 => None,
+            RSDLPACK_PLAN_ANY => None,
             code => Some(
                 u32::try_from(code)
                     .ok()
@@ -66,34 +71,33 @@ impl RsdlPlanOptions {
             ),
         };
         let ndim = match self.ndims {
-            -1 => None,
+            RSDLPACK_PLAN_ANY => None,
             n => Some(usize::try_from(n).map_err(|_| bad("ndims", n))?),
         };
         Ok(ArrayRequest {
             target,
             order,
             policy,
-            access: if self.readonly != 0 {
-                Access::ReadOnly
-            } else {
-                Access::Writable
+            access: match RsdlAccess::from_field(self.readonly) {
+                RsdlAccess::ReadOnly => Access::ReadOnly,
+                RsdlAccess::Writable => Access::Writable,
             },
-            dense: self.dense != 0,
+            dense: RsdlDense::from_field(self.dense) == RsdlDense::Required,
             element,
             ndim,
         })
     }
 }
 
-/// The index order a C caller names: 0 the producer's, 1 reversed.
+/// The index order a C caller names (an `RsdlIndexOrder`).
 pub(crate) fn index_order(code: u32) -> BridgeResult<IndexOrder> {
-    match code {
-        0 => Ok(IndexOrder::Producer),
-        1 => Ok(IndexOrder::Reversed),
-        other => Err(BridgeError::BadValue {
+    match RsdlIndexOrder::from_field(code) {
+        Some(RsdlIndexOrder::Producer) => Ok(IndexOrder::Producer),
+        Some(RsdlIndexOrder::Reversed) => Ok(IndexOrder::Reversed),
+        None => Err(BridgeError::BadValue {
             name: "order",
             expected: "0 (producer) or 1 (reversed)",
-            got: other.to_string(),
+            got: code.to_string(),
         }),
     }
 }

@@ -70,15 +70,15 @@ impl RsdlImportOptions {
                 device_id: self.device_id,
             })
         });
-        let copy = match self.copy {
-            c if c == RsdlCopy::IfNeeded as i32 => None,
-            c if c == RsdlCopy::Never as i32 => Some(false),
-            c if c == RsdlCopy::Always as i32 => Some(true),
-            other => {
+        let copy = match RsdlCopy::from_field(self.copy) {
+            Some(RsdlCopy::IfNeeded) => None,
+            Some(RsdlCopy::Never) => Some(false),
+            Some(RsdlCopy::Always) => Some(true),
+            None => {
                 return Err(BridgeError::BadValue {
                     name: "copy",
                     expected: "-1, 0 or 1",
-                    got: other.to_string(),
+                    got: self.copy.to_string(),
                 });
             }
         };

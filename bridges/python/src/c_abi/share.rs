@@ -5,7 +5,9 @@
 
 use super::border::{attach_for, entry_point, quietly, with_object_as, with_python_as};
 use super::import_plan::index_order;
-use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES};
+use super::values::{
+    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES, RsdlAccess,
+};
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
@@ -240,7 +242,7 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
         strides,
         index_order(array.order)?,
     )?;
-    described.set_read_only(array.read_only != 0);
+    described.set_read_only(RsdlAccess::from_field(array.read_only) == RsdlAccess::ReadOnly);
     Ok(described)
 }
 

@@ -8,6 +8,7 @@
 use super::border::entry_point;
 use super::import_plan::{RsdlPlanOptions, import_then};
 use super::managed::RsdlImportOptions;
+use super::values::RsdlDense;
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::roots;
@@ -154,7 +155,7 @@ pub unsafe extern "C" fn rsdlpack_py_import_strided_plan(
         );
         // SAFETY: `plan_options` is readable (checked non-null; caller's contract).
         let dense = unsafe { (*plan_options).dense };
-        if dense != 0 {
+        if RsdlDense::from_field(dense) == RsdlDense::Required {
             return Err(BridgeError::PlanOption {
                 what: "dense (a strided plan holds any layout: pass 0)",
                 value: dense.into(),

@@ -65,6 +65,60 @@ pub enum RsdlDense {
     Required = 1,
 }
 
+impl RsdlCopy {
+    /// The value an option field holds, if it is one of these.
+    #[inline]
+    pub fn from_field(value: i32) -> Option<Self> {
+        [Self::IfNeeded, Self::Never, Self::Always]
+            .into_iter()
+            .find(|c| *c as i32 == value)
+    }
+}
+
+impl RsdlIndexOrder {
+    /// The value an option field holds, if it is one of these.
+    #[inline]
+    pub fn from_field(value: u32) -> Option<Self> {
+        [Self::Producer, Self::Reversed]
+            .into_iter()
+            .find(|o| *o as u32 == value)
+    }
+}
+
+impl RsdlTarget {
+    /// The value an option field holds, if it is one of these.
+    #[inline]
+    pub fn from_field(value: u32) -> Option<Self> {
+        [Self::HostArray, Self::CudaArray]
+            .into_iter()
+            .find(|t| *t as u32 == value)
+    }
+}
+
+impl RsdlAccess {
+    /// The field read as a C boolean: `Writable` only for its own value.
+    #[inline]
+    pub fn from_field(value: u32) -> Self {
+        if value == Self::Writable as u32 {
+            Self::Writable
+        } else {
+            Self::ReadOnly
+        }
+    }
+}
+
+impl RsdlDense {
+    /// The field read as a C boolean: `AnyLayout` only for its own value.
+    #[inline]
+    pub fn from_field(value: u32) -> Self {
+        if value == Self::AnyLayout as u32 {
+            Self::AnyLayout
+        } else {
+            Self::Required
+        }
+    }
+}
+
 /// `flags` bit of the `*_with_flags` entry points: when the calling thread does not hold the
 /// GIL, refuse (`RSDL_ERROR_CODE_INVALID`, saying to call from the thread that holds it) rather
 /// than wait for it. For callers whose Python thread may be waiting for the calling one (Julia:
@@ -100,3 +154,31 @@ const _: () = assert!(RSDLPACK_RAW_CODE_BASE == rsdlpack::dtype::RAW_CODE_BASE);
 // Repeated here for include/rsdlpack.h: cbindgen emits only this crate's constants.
 pub const RSDLPACK_MAX_NDIM: usize = 32;
 const _: () = assert!(RSDLPACK_MAX_NDIM == rsdlpack::MAX_NDIM);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_fields_read_as_their_enums() {
+        for copy in [RsdlCopy::IfNeeded, RsdlCopy::Never, RsdlCopy::Always] {
+            assert_eq!(RsdlCopy::from_field(copy as i32), Some(copy));
+        }
+        assert_eq!(RsdlCopy::from_field(2), None);
+        assert_eq!(RsdlCopy::from_field(-2), None);
+        for order in [RsdlIndexOrder::Producer, RsdlIndexOrder::Reversed] {
+            assert_eq!(RsdlIndexOrder::from_field(order as u32), Some(order));
+        }
+        assert_eq!(RsdlIndexOrder::from_field(2), None);
+        for target in [RsdlTarget::HostArray, RsdlTarget::CudaArray] {
+            assert_eq!(RsdlTarget::from_field(target as u32), Some(target));
+        }
+        assert_eq!(RsdlTarget::from_field(2), None);
+        // C booleans: any value but the zero one.
+        assert_eq!(RsdlAccess::from_field(0), RsdlAccess::Writable);
+        assert_eq!(RsdlAccess::from_field(1), RsdlAccess::ReadOnly);
+        assert_eq!(RsdlAccess::from_field(7), RsdlAccess::ReadOnly);
+        assert_eq!(RsdlDense::from_field(0), RsdlDense::AnyLayout);
+        assert_eq!(RsdlDense::from_field(9), RsdlDense::Required);
+    }
+}
