@@ -46,7 +46,9 @@ pub use dims::{DimVec, IndexOrder, MAX_NDIM};
 pub use dtype::ElementType;
 pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use imported::{ImportedTensor, ManagedTensor};
-pub use layout::{Access, CopyPolicy, LayoutPlan, ViewPlan};
+pub use layout::{Access, CopyPolicy};
+#[cfg(any(test, feature = "readable-plans"))]
+pub use layout::{LayoutPlan, ViewPlan};
 pub use release::{PendingRelease, StreamKeeper};
 
 /// Re-exported so that the bridges name the same DLPack types.

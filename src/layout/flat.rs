@@ -7,7 +7,9 @@
 //! (scripts/check_mirrors.py), and Julia checks the size again when it loads the library.
 //! Julia indices are already 1-based here, so the glue only passes numbers on.
 
+#[cfg(any(test, feature = "readable-plans"))]
 use super::{Decision, DimRange, LayoutPlan, ViewPlan};
+#[cfg(any(test, feature = "readable-plans"))]
 use crate::descriptor::TensorDescriptor;
 use crate::dims::MAX_NDIM;
 use std::ffi::c_void;
@@ -22,6 +24,18 @@ pub enum PlanKind {
     Empty = 1,
     /// Allocate an array of `dims` and have the bridge copy the tensor into it.
     Copy = 2,
+}
+
+impl TryFrom<u8> for PlanKind {
+    /// The byte, which names no kind.
+    type Error = u8;
+
+    fn try_from(byte: u8) -> Result<Self, u8> {
+        [Self::View, Self::Empty, Self::Copy]
+            .into_iter()
+            .find(|kind| *kind as u8 == byte)
+            .ok_or(byte)
+    }
 }
 
 /// The flat plan. Fixed-size arrays hold `ndims` meaningful entries (the rest are unspecified;
@@ -84,16 +98,13 @@ impl ArrayPlan {
         }
     }
 
-    /// The plan's kind.
-    pub fn plan_kind(&self) -> PlanKind {
-        match self.kind {
-            0 => PlanKind::View,
-            1 => PlanKind::Empty,
-            _ => PlanKind::Copy,
-        }
+    /// The plan's kind; `Err` with the byte when it names none (a plan no planner wrote).
+    pub fn plan_kind(&self) -> Result<PlanKind, u8> {
+        PlanKind::try_from(self.kind)
     }
 
     /// The readable form of this plan of `descriptor`, as `decision` (which wrote it) says.
+    #[cfg(any(test, feature = "readable-plans"))]
     pub(crate) fn readable(&self, descriptor: &TensorDescriptor, decision: Decision) -> LayoutPlan {
         let n = self.ndims as usize;
         let dims = || self.dims[..n].iter().map(|&d| d as usize).collect();

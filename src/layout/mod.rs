@@ -2,7 +2,7 @@
 //!
 //! Julia has no general strided array type in Base, but it composes one: a dense column-major
 //! parent (`unsafe_wrap(Array, ptr, parent_dims)`), a `view` with one range per parent
-//! dimension, and a `PermutedDimsArray`. [`plan`] decides whether such a composition can address
+//! dimension, and a `PermutedDimsArray`. [`decide`] decides whether such a composition can address
 //! exactly the tensor's elements, and returns its parts; the Julia glue only assembles them:
 //!
 //! ```text
@@ -27,15 +27,16 @@
 //! there, and the least one reaches past the last element: a view of `a[:, 3:5]` of a 2×5
 //! row-major array needs a 5×2 parent starting at element 3, whose last three elements lie
 //! beyond the tensor. The view never touches them, but the parent (`parent(parent(R))` in
-//! Julia) claims them: index the array, never its parent. [`ViewPlan::parent_overhang`] says how
-//! many bytes that is.
+//! Julia) claims them: index the array, never its parent (the tests measure how many bytes that
+//! is: `ViewPlan::parent_overhang`).
 //!
 //! Planning takes O(ndim²) steps (sorting ≤ 32 dimensions; no loop depends on extent values)
 //! and allocates nothing; when the parent cannot end at the last element, the least parent is
 //! searched among the divisors of the largest stride ([`divisors`]), within a work bound that
 //! keeps any layout's plan near 10 µs (see [`nest`]). It writes its
-//! answer once, into the caller's [`ArrayPlan`] ([`decide`]); [`LayoutPlan`] is the same answer
-//! in readable form.
+//! answer once, into the caller's [`ArrayPlan`] ([`decide`]), the one production form of the
+//! plan; with the `readable-plans` feature (the tests, the fuzz targets and the demo have it),
+//! `plan` and `plan_for` give the same answer as a `LayoutPlan`.
 
 mod divisors;
 #[cfg(test)]
@@ -49,7 +50,9 @@ mod target;
 pub use flat::{ArrayPlan, PlanKind};
 pub use planner::Decision;
 pub use strided::{StridedPlan, strided_plan};
-pub use target::{ArrayRequest, StridedDecision, Target, decide, decide_strided, plan_for};
+#[cfg(any(test, feature = "readable-plans"))]
+pub use target::plan_for;
+pub use target::{ArrayRequest, StridedDecision, Target, decide, decide_strided};
 
 // Both defined below this module: the descriptor speaks of the order, errors of the reason.
 pub use crate::copy_reason::CopyReason;
@@ -57,6 +60,7 @@ pub use crate::dims::IndexOrder;
 
 use crate::descriptor::TensorDescriptor;
 use crate::dims::DimVec;
+#[cfg(any(test, feature = "readable-plans"))]
 use crate::error::Result;
 
 /// When a copy may be made.
@@ -100,6 +104,7 @@ pub enum Access {
     WritableType,
 }
 
+#[cfg(any(test, feature = "readable-plans"))]
 /// One range of a `view`, in Julia's 1-based terms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DimRange {
@@ -108,12 +113,14 @@ pub struct DimRange {
     pub len: usize,
 }
 
+#[cfg(any(test, feature = "readable-plans"))]
 impl DimRange {
     fn is_full_of(&self, parent_dim: usize) -> bool {
         self.start == 1 && self.step == 1 && self.len == parent_dim
     }
 }
 
+#[cfg(any(test, feature = "readable-plans"))]
 /// A zero-copy composition (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewPlan {
@@ -127,6 +134,7 @@ pub struct ViewPlan {
     pub permutation: DimVec<usize>,
 }
 
+#[cfg(any(test, feature = "readable-plans"))]
 impl ViewPlan {
     /// Whether the view is the whole parent (no `view` needed).
     pub fn is_whole_parent(&self) -> bool {
@@ -165,7 +173,8 @@ impl ViewPlan {
     }
 }
 
-/// The planner's decision.
+#[cfg(any(test, feature = "readable-plans"))]
+/// The planner's decision, in readable form.
 #[allow(
     clippy::large_enum_variant,
     reason = "inline on purpose: one plan per import, and planning allocates nothing"
@@ -183,6 +192,7 @@ pub enum LayoutPlan {
     },
 }
 
+#[cfg(any(test, feature = "readable-plans"))]
 /// Decides how `descriptor` becomes a Julia array, in readable form (the bridges use
 /// [`decide`], which writes the same decision straight into an [`ArrayPlan`]).
 pub fn plan(

@@ -22,7 +22,7 @@
 //! not enough (a larger `P₁` can have a smaller admissible multiple), so unless a bound settles
 //! it, [`lower_the_last_stride`] walks the levels keeping every reachable divisor
 //! ([`super::divisors`]). What the parent then claims beyond the tensor is
-//! [`super::ViewPlan::parent_overhang`]: nothing exactly when the tight chain is admissible.
+//! `ViewPlan::parent_overhang`: nothing exactly when the tight chain is admissible.
 //!
 //! A producer chooses the strides, so the search is bounded ([`Work::PLANNER`], ~8 µs): a
 //! last stride with tens of thousands of divisors would otherwise cost milliseconds per

@@ -4,8 +4,8 @@
 //! An import plans once per call, so the planner is on the hot path: it works on the
 //! descriptor's slices and a few stack arrays of bytes, and writes each answer once, into the
 //! flat struct the bridge hands to Julia. Nothing per-dimension is built and then moved (the
-//! 32-slot lists of the readable [`LayoutPlan`] cost more to copy than to compute); the readable
-//! form is derived from the flat one when someone asks for it ([`super::plan`]).
+//! 32-slot lists of a readable plan cost more to copy than to compute); the tests' readable
+//! form (`LayoutPlan`, feature `readable-plans`) is derived from the flat one.
 
 use super::flat::{ArrayPlan, PlanKind};
 use super::nest::{self, Link};

@@ -6,9 +6,11 @@
 //! whether only a plain dense array will do. The bridges carry this request and the answer; they
 //! decide nothing themselves.
 
+#[cfg(any(test, feature = "readable-plans"))]
+use super::LayoutPlan;
 use super::planner::{Decision, copy, plan_into};
 use super::strided::{StridedPlan, strided_plan};
-use super::{Access, ArrayPlan, CopyPolicy, CopyReason, IndexOrder, LayoutPlan};
+use super::{Access, ArrayPlan, CopyPolicy, CopyReason, IndexOrder};
 use crate::descriptor::TensorDescriptor;
 use crate::dims::DimVec;
 use crate::dtype::ElementType;
@@ -100,6 +102,7 @@ pub fn decide(
 }
 
 /// [`decide`], in readable form.
+#[cfg(any(test, feature = "readable-plans"))]
 pub fn plan_for(descriptor: &TensorDescriptor, request: &ArrayRequest) -> Result<LayoutPlan> {
     let mut flat = ArrayPlan::zeroed();
     let decision = decide(descriptor, request, &mut flat)?;

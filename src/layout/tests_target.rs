@@ -193,7 +193,7 @@ fn the_flat_plan_carries_the_view_with_one_based_indices() {
     let LayoutPlan::View(view) = &readable else {
         panic!("{readable:?}")
     };
-    assert_eq!(flat.plan_kind(), PlanKind::View);
+    assert_eq!(flat.plan_kind(), Ok(PlanKind::View));
     assert_eq!(flat.ndims, 2);
     assert!(flat.tensor.is_null());
     assert_eq!(flat.element_code, ElementType::Float32.code());
@@ -231,7 +231,7 @@ fn the_flat_plan_carries_the_view_with_one_based_indices() {
     );
     assert_eq!(
         (reused.plan_kind(), reused.ndims, reused.dims[0]),
-        (PlanKind::Empty, 1, 0)
+        (Ok(PlanKind::Empty), 1, 0)
     );
     assert!(reused.tensor.is_null());
     assert_eq!(
@@ -252,12 +252,12 @@ fn the_flat_plan_of_copies_and_empties_has_dims_only() {
         matches!(decision, Ok(Decision::Copy { .. })),
         "{decision:?}"
     );
-    assert_eq!(copy.plan_kind(), PlanKind::Copy);
+    assert_eq!(copy.plan_kind(), Ok(PlanKind::Copy));
     assert_eq!((copy.ndims, &copy.dims[..3]), (2, &[4, 3, 0][..]));
     assert_eq!((copy.parent_address, copy.read_only), (0, 0));
     let empty = on(DeviceKind::Cpu, &[0, 5, 2], &[10, 2, 1]);
     let (_, flat) = decided(&empty, IndexOrder::Producer);
-    assert_eq!(flat.plan_kind(), PlanKind::Empty);
+    assert_eq!(flat.plan_kind(), Ok(PlanKind::Empty));
     assert_eq!((flat.ndims, &flat.dims[..3]), (3, &[0, 5, 2][..]));
     // The C layout: 3 words, six arrays of MAX_NDIM words, three u32 and four u8, no padding.
     assert_eq!(MAX_NDIM, 32);
@@ -266,6 +266,19 @@ fn the_flat_plan_of_copies_and_empties_has_dims_only() {
         8 * 3 + 6 * 8 * 32 + 3 * 4 + 4
     );
     assert_eq!(std::mem::align_of::<ArrayPlan>(), 8);
+}
+
+#[test]
+fn a_plan_kind_byte_is_read_through_a_checked_conversion() {
+    let mut flat = ArrayPlan::zeroed();
+    for kind in [PlanKind::View, PlanKind::Empty, PlanKind::Copy] {
+        flat.kind = kind as u8;
+        assert_eq!(flat.plan_kind(), Ok(kind));
+    }
+    for byte in [3, 7, u8::MAX] {
+        flat.kind = byte;
+        assert_eq!(flat.plan_kind(), Err(byte), "no kind, not a copy");
+    }
 }
 
 #[test]
