@@ -26,31 +26,6 @@ fn owned_tensor(
     (tensor, count)
 }
 
-/// Runs `code` with `exporter` bound to an exporter of `tensor` and `np` to NumPy; returns the
-/// globals.
-fn with_exporter<'py>(py: Python<'py>, tensor: ImportedTensor, code: &str) -> Bound<'py, PyDict> {
-    let globals = PyDict::new(py);
-    globals
-        .set_item(
-            "exporter",
-            Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap(),
-        )
-        .unwrap();
-    let prelude = "import gc\nimport numpy as np\n\
-                   def error(**kw):\n    try:\n        exporter.__dlpack__(**kw)\n        return None\n    except Exception as e:\n        return type(e).__name__ + ': ' + str(e)\n";
-    let source = std::ffi::CString::new(format!("{prelude}{code}")).unwrap();
-    py.run(&source, Some(&globals), None)
-        .unwrap_or_else(|e| panic!("python failed: {e}\n{code}"));
-    globals
-}
-
-fn get<'py, T: for<'a> FromPyObject<'a, 'py>>(globals: &Bound<'py, PyDict>, name: &str) -> T
-where
-    for<'a> <T as FromPyObject<'a, 'py>>::Error: std::fmt::Debug,
-{
-    globals.get_item(name).unwrap().unwrap().extract().unwrap()
-}
-
 const MISALIGNED_ARRAY: &str = "buffer = bytearray(8 * 6 + 1)\n\
     result = np.frombuffer(buffer, dtype=np.float64, offset=1, count=6).reshape(2, 3)\n\
     result[...] = np.arange(6.0).reshape(2, 3) + 0.5\n\

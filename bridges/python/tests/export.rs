@@ -5,11 +5,9 @@ mod common;
 
 use common::*;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use rsdlpack::copy::AlignedBuffer;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::{Device, ElementType, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
-use rsdlpack_python::Exporter;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
@@ -46,27 +44,6 @@ fn aligned_tensor(
     let tensor =
         ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap()).unwrap();
     (tensor, count, address)
-}
-
-fn with_exporter<'py>(py: Python<'py>, tensor: ImportedTensor, code: &str) -> Bound<'py, PyDict> {
-    let globals = PyDict::new(py);
-    globals
-        .set_item(
-            "exporter",
-            Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap(),
-        )
-        .unwrap();
-    let source = std::ffi::CString::new(format!("import gc\nimport numpy as np\n{code}")).unwrap();
-    py.run(&source, Some(&globals), None)
-        .unwrap_or_else(|e| panic!("python failed: {e}\n{code}"));
-    globals
-}
-
-fn get<'py, T: for<'a> FromPyObject<'a, 'py>>(globals: &Bound<'py, PyDict>, name: &str) -> T
-where
-    for<'a> <T as FromPyObject<'a, 'py>>::Error: std::fmt::Debug,
-{
-    globals.get_item(name).unwrap().unwrap().extract().unwrap()
 }
 
 #[test]

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::{Device, ElementType, ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
-use rsdlpack_python::{ImportRequest, import};
+use rsdlpack_python::{Exporter, ImportRequest, import};
 use std::ffi::CString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -137,4 +137,35 @@ pub fn dtypes(peer: Peer) -> impl Iterator<Item = (&'static str, ElementType)> {
         .iter()
         .filter(move |(_, _, peers)| peers.contains(&peer))
         .map(|&(name, element, _)| (name, element))
+}
+
+/// Runs `code` with `exporter` bound to an exporter of `tensor`, NumPy as `np` and `gc`, and
+/// `error(**kw)` giving the exception `exporter.__dlpack__(**kw)` raises as `"Type: message"`
+/// (`None` when it raises none); returns the globals.
+pub fn with_exporter<'py>(
+    py: Python<'py>,
+    tensor: ImportedTensor,
+    code: &str,
+) -> Bound<'py, PyDict> {
+    let globals = PyDict::new(py);
+    globals
+        .set_item(
+            "exporter",
+            Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap(),
+        )
+        .unwrap();
+    let prelude = "import gc\nimport numpy as np\n\
+                   def error(**kw):\n    try:\n        exporter.__dlpack__(**kw)\n        return None\n    except Exception as e:\n        return type(e).__name__ + ': ' + str(e)\n";
+    let source = CString::new(format!("{prelude}{code}")).unwrap();
+    py.run(&source, Some(&globals), None)
+        .unwrap_or_else(|e| panic!("python failed: {e}\n{code}"));
+    globals
+}
+
+/// The global `name` that a snippet run by [`with_exporter`] set, converted to `T`.
+pub fn get<'py, T: for<'a> FromPyObject<'a, 'py>>(globals: &Bound<'py, PyDict>, name: &str) -> T
+where
+    for<'a> <T as FromPyObject<'a, 'py>>::Error: std::fmt::Debug,
+{
+    globals.get_item(name).unwrap().unwrap().extract().unwrap()
 }
