@@ -197,15 +197,7 @@ describe. The plan's `tensor` (views and copies) is an owned handle: give it to 
 """
 function python_import_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_options::PlanOptions,
                             flags::UInt32)
-    entry = loaded(IMPORT_PLAN)
-    result = Ref{ImportResult}()
-    checked() do message
-        ccall(entry, Int32,
-              (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{ImportResult}, Ref{Ptr{UInt8}}),
-              object, options, plan_options, flags, result, message)
-    end
-    result[].released_roots == 0 || unroot_released!()
-    return result[].plan
+    return import_through(loaded(IMPORT_PLAN), ImportResult, object, options, plan_options, flags).plan
 end
 
 """
@@ -217,11 +209,16 @@ give it to a `TensorOwner` at once.
 """
 function python_import_strided_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_options::PlanOptions,
                                     flags::UInt32)
-    entry = python_symbol(:rsdlpack_py_import_strided_plan)
-    result = Ref{StridedPlan}()
+    return import_through(python_symbol(:rsdlpack_py_import_strided_plan), StridedPlan, object, options,
+                          plan_options, flags)
+end
+
+# The call both import entry points share: they differ only in the result they write.
+function import_through(entry::Ptr{Cvoid}, ::Type{R}, object::Ptr{Cvoid}, options::ImportOptions,
+                        plan_options::PlanOptions, flags::UInt32) where {R}
+    result = Ref{R}()
     checked() do message
-        ccall(entry, Int32,
-              (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{StridedPlan}, Ref{Ptr{UInt8}}),
+        ccall(entry, Int32, (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ref{R}, Ref{Ptr{UInt8}}),
               object, options, plan_options, flags, result, message)
     end
     result[].released_roots == 0 || unroot_released!()
