@@ -2,6 +2,7 @@
 paths a crate really uses: not comments, strings or tests."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -117,4 +118,4 @@ def test_the_tree_has_no_cycle_and_the_architecture_order_is_current():
                              "--doc", str(ROOT / "docs" / "src" / "architecture.md")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
     assert result.stdout.count("no cycle") == len(directories), result.stdout
-    assert "architecture.md:27: the order of src is current" in result.stdout, result.stdout
+    assert re.search(r"architecture.md:\d+: the order of src is current", result.stdout), result.stdout
