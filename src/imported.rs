@@ -33,7 +33,7 @@ pub struct ImportedTensor(Box<Imported>);
 /// The one allocation of an imported tensor. A descriptor is ~560 bytes inline (see
 /// [`crate::DimVec`]), so it is boxed rather than moved through the layers on its way to the
 /// caller, and the managed tensor lives beside it. The first field is room for the header the
-/// tensor is handed on under, should it be forwarded ([`crate::forward`]): the forwarded
+/// tensor is handed on under, should it be forwarded ([`crate::export::forward`]): the forwarded
 /// tensor is then this same allocation, and forwarding allocates nothing.
 #[repr(C)]
 pub(crate) struct Imported {
@@ -54,14 +54,14 @@ pub(crate) struct Imported {
 }
 
 /// Room in an imported tensor's allocation for the header it is forwarded under
-/// ([`crate::forward`], which writes and reads it), and for the release that header's deleter
+/// ([`crate::export::forward`], which writes and reads it), and for the release that header's deleter
 /// hands the producer's tensor to. Unwritten until then. Defined here, with the allocation it
 /// is part of, so that this module does not reach up into `forward`.
 #[repr(C)]
 pub(crate) struct Slot {
     /// First, so that the pointer a consumer hands to the deleter is the allocation's.
     pub(crate) header: MaybeUninit<DLManagedTensorVersioned>,
-    /// A [`crate::forward::Release`].
+    /// A [`crate::export::forward::Release`].
     pub(crate) release: Option<fn(PendingRelease)>,
 }
 
@@ -103,7 +103,7 @@ impl ImportedTensor {
     }
 
     /// `managed` with the descriptor it restates, not validated again: only for tensors this
-    /// crate built from that descriptor ([`crate::forward::forward_owned`]).
+    /// crate built from that descriptor ([`crate::export::forward::forward_owned`]).
     pub(crate) fn restating(managed: ManagedTensor, descriptor: TensorDescriptor) -> Self {
         Self(Box::new(Imported {
             forwarding: Slot::EMPTY,
@@ -222,7 +222,7 @@ impl ImportedTensor {
         Self(unsafe { Box::from_raw(raw.as_ptr().cast::<Imported>()) })
     }
 
-    /// The allocation itself, for [`crate::forward`].
+    /// The allocation itself, for [`crate::export::forward`].
     pub(crate) fn into_box(self) -> Box<Imported> {
         self.0
     }

@@ -8,10 +8,10 @@
 //! - [`layout`]: how any shape and strides become a zero-copy Julia array, or why not
 //!   ([`copy_reason`]);
 //! - [`copy`]: a fresh column-major copy when a view is impossible or a copy is asked for;
-//! - [`export`]: a managed tensor over memory owned elsewhere; [`forward`]: an imported tensor
-//!   handed on with a deleter of ours, its metadata not copied; [`described`]: an export whose
-//!   owner keeps the descriptor, its metadata not copied either; [`export::plan`]: what an
-//!   exporter hands out for a consumer's request;
+//! - [`export`]: every way of handing a managed tensor out — over memory owned elsewhere;
+//!   [`export::described`]: whose owner keeps the descriptor, its metadata not copied;
+//!   [`export::forward`]: an imported tensor handed on with a deleter of ours, its metadata not
+//!   copied either; [`export::plan`]: what an exporter hands out for a consumer's request;
 //! - [`stream`]: DLPack's stream values, typed; [`cuda`]: pointer checks, stream ordering by
 //!   events, stream descriptions and device → host copies, on a driver loaded at run time;
 //! - [`release`]: an imported tensor's deleter ordered after its consumer's GPU work.
@@ -23,14 +23,12 @@
 pub mod copy;
 pub mod copy_reason;
 pub mod cuda;
-pub mod described;
 pub mod descriptor;
 pub mod device;
 pub mod dims;
 pub mod dtype;
 pub mod error;
 pub mod export;
-pub mod forward;
 pub mod imported;
 pub mod layout;
 pub mod managed;

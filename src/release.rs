@@ -485,7 +485,7 @@ mod tests {
         drop(unsafe { tensor.into_release_after(0x4560) });
         assert_eq!(given_back(), [(2, before + 1)]);
         let (tensor, count) = on_device(3);
-        let forwarded = crate::forward::forward_versioned(tensor, drop).unwrap();
+        let forwarded = crate::export::forward::forward_versioned(tensor, drop).unwrap();
         assert_eq!(given_back(), [], "forwarding keeps it");
         let before = tried();
         drop(forwarded);
@@ -531,7 +531,7 @@ mod tests {
             assert!(release.is_ordered());
             assert!(matches!(release.complete(), Err(Error::NoCudaDriver)));
         }
-        let forwarded = crate::forward::forward_versioned(tensor, ordered).unwrap();
+        let forwarded = crate::export::forward::forward_versioned(tensor, ordered).unwrap();
         assert_eq!(CountingOwner::releases(&count), 0);
         drop(forwarded);
         assert_eq!(CountingOwner::releases(&count), 1);

@@ -14,7 +14,7 @@ use rsdlpack_python::c_abi::{
     rsdlpack_cuda_describe_stream, rsdlpack_cuda_driver_available, rsdlpack_error_free,
     rsdlpack_tensor_release,
 };
-use rsdlpack_python::python::release::{Wait, drain, rewrap};
+use rsdlpack_python::python::release::{Wait, drain, forward};
 use rsdlpack_python::{BridgeError, Exporter, ImportRequest, import};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -148,7 +148,7 @@ fn without_a_driver_a_forwarded_cuda_tensor_is_released_once_on_and_off_the_gil(
                     .unwrap();
             // SAFETY: without a driver the handle is never dereferenced.
             unsafe { tensor.set_consumer_stream(rsdlpack::stream::StreamRequest::Handle(0x1230)) };
-            let forwarded = rewrap(tensor).unwrap().into_raw() as usize;
+            let forwarded = forward(tensor).unwrap().into_raw() as usize;
             if off_the_gil {
                 std::thread::spawn(move || {
                     // SAFETY: an owned tensor handed to this thread.

@@ -88,8 +88,8 @@ fn a_misaligned_numpy_array_imports_and_the_planner_copies_it() {
 fn a_misaligned_tensor_is_exported_truthfully() {
     Python::attach(|py| {
         let array = run(py, MISALIGNED_ARRAY);
-        let tensor = rsdlpack_python::python::release::rewrap(import_default(&array)).unwrap();
-        // SAFETY: the rewrapped tensor is ours to hand over.
+        let tensor = rsdlpack_python::python::release::forward(import_default(&array)).unwrap();
+        // SAFETY: the forwarded tensor is ours to hand over.
         let owned = ImportedTensor::new(
             unsafe { ManagedTensor::from_versioned_raw(tensor.into_raw()) }.unwrap(),
         )
@@ -249,8 +249,8 @@ fn each_error_code_raises_its_python_exception() {
     Python::attach(|py| {
         // A broadcast of 2^57 float64s: 2^60 bytes to copy, more than any address space.
         let array = run(py, "result = np.broadcast_to(np.zeros(1), (2**57,))");
-        let tensor = rsdlpack_python::python::release::rewrap(import_default(&array)).unwrap();
-        // SAFETY: the rewrapped tensor is ours to hand over.
+        let tensor = rsdlpack_python::python::release::forward(import_default(&array)).unwrap();
+        // SAFETY: the forwarded tensor is ours to hand over.
         let owned = ImportedTensor::new(
             unsafe { ManagedTensor::from_versioned_raw(tensor.into_raw()) }.unwrap(),
         )

@@ -270,8 +270,8 @@ fn python_tensors_round_trip_through_the_exporter() {
     Python::attach(|py| {
         let array = run(py, "result = np.arange(12.0).reshape(3, 4)[:, ::2]");
         let before = refcount(&array);
-        let tensor = rsdlpack_python::python::release::rewrap(import_default(&array)).unwrap();
-        // SAFETY: the rewrapped tensor is ours to hand over.
+        let tensor = rsdlpack_python::python::release::forward(import_default(&array)).unwrap();
+        // SAFETY: the forwarded tensor is ours to hand over.
         let owned = ImportedTensor::new(
             unsafe { ManagedTensor::from_versioned_raw(tensor.into_raw()) }.unwrap(),
         )
@@ -300,10 +300,10 @@ fn shared_capsules_never_claim_a_private_copy() {
         };
         let copied = rsdlpack_python::import(&array, &request).unwrap();
         assert!(copied.descriptor().is_copied());
-        let rewrapped = rsdlpack_python::python::release::rewrap(copied).unwrap();
-        // SAFETY: the rewrapped tensor is ours to hand over.
+        let forwarded = rsdlpack_python::python::release::forward(copied).unwrap();
+        // SAFETY: the forwarded tensor is ours to hand over.
         let owned = ImportedTensor::new(
-            unsafe { ManagedTensor::from_versioned_raw(rewrapped.into_raw()) }.unwrap(),
+            unsafe { ManagedTensor::from_versioned_raw(forwarded.into_raw()) }.unwrap(),
         )
         .unwrap();
         let g = with_exporter(

@@ -15,7 +15,7 @@ use rsdlpack_python::c_abi::{
     rsdlpack_py_pending_releases, rsdlpack_py_share_into_with_flags, rsdlpack_py_share_with_flags,
     rsdlpack_py_take_released_roots, rsdlpack_tensor_release,
 };
-use rsdlpack_python::python::release::{Wait, drain, rewrap};
+use rsdlpack_python::python::release::{Wait, drain, forward};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ fn a_release_off_the_gil_is_deferred_then_drained() {
     Python::attach(|py| {
         let array = run(py, "result = np.arange(8.0)");
         let before = refcount(&array);
-        let raw = rewrap(import_default(&array)).unwrap().into_raw() as usize;
+        let raw = forward(import_default(&array)).unwrap().into_raw() as usize;
         assert!(refcount(&array) > before);
 
         // This thread holds the GIL and waits for the other: a deleter that took the GIL there
@@ -46,14 +46,14 @@ fn a_release_off_the_gil_is_deferred_then_drained() {
         assert_eq!(rsdlpack_py_pending_releases(), 0);
 
         // On a thread that holds the GIL the release is immediate.
-        let raw = rewrap(import_default(&array)).unwrap().into_raw();
+        let raw = forward(import_default(&array)).unwrap().into_raw();
         // SAFETY: an owned tensor.
         unsafe { rsdlpack_tensor_release(raw) };
         assert_eq!(refcount(&array), before);
         assert_eq!(rsdlpack_py_pending_releases(), 0);
 
         // The explicit flush (it takes the GIL, which this thread already holds: re-entrant).
-        let raw = rewrap(import_default(&array)).unwrap().into_raw() as usize;
+        let raw = forward(import_default(&array)).unwrap().into_raw() as usize;
         std::thread::spawn(move || {
             // SAFETY: as above.
             unsafe { rsdlpack_tensor_release(raw as *mut _) }

@@ -147,7 +147,7 @@ pub unsafe extern "C" fn rsdlpack_py_import_with_flags(
         // SAFETY: `object` is a live object the caller lends us for the call.
         let managed = unsafe {
             with_object_as(attach, object, |object| {
-                Ok(release::rewrap(import(object, &request)?)?)
+                Ok(release::forward(import(object, &request)?)?)
             })
         }?;
         // SAFETY: `out` is writable (checked non-null; caller's contract).

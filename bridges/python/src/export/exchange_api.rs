@@ -183,7 +183,7 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
         crate::python::release::drain(py, crate::python::release::Wait::No);
         // Re-wrapped so that the producer's deleter runs only under the GIL, whichever thread
         // drops the last reference to the memory.
-        let imported = crate::python::release::rewrap_owned(ImportedTensor::new(owned)?)?;
+        let imported = crate::python::release::forward_owned(ImportedTensor::new(owned)?)?;
         let object = Py::new(py, Exporter::new(imported, None)?)
             .map_err(|e| BridgeError::producer("creating the exporter", e))?;
         // SAFETY: `out_py_object` is writable (checked non-null); the new reference passes to

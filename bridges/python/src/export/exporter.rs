@@ -17,9 +17,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::cuda::order::ReadyEvent;
-use rsdlpack::described::{DescribingOwner, export_legacy_described, export_versioned_described};
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
+use rsdlpack::export::described::{
+    DescribingOwner, export_legacy_described, export_versioned_described,
+};
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
@@ -80,7 +82,7 @@ impl Source {
 }
 
 /// What a capsule's managed tensor owns, with the descriptor it restates: the header reads
-/// that descriptor in place (see [`rsdlpack::described`]). Memory owners are held for their
+/// that descriptor in place (see [`rsdlpack::export::described`]). Memory owners are held for their
 /// drop.
 enum CapsuleOwner {
     /// The source itself, restated as it is.

@@ -18,13 +18,13 @@
 //! all, except those whose stream is being captured into a graph, which stay queued until the
 //! capture has ended.
 //!
-//! Every tensor the bridge hands out is re-wrapped as a versioned managed tensor whose deleter
-//! releases the producer's this way ([`rewrap`], [`rewrap_owned`]), so that consumers of the
+//! Every tensor the bridge hands out is forwarded as a versioned managed tensor whose deleter
+//! releases the producer's this way ([`forward`], [`forward_owned`]), so that consumers of the
 //! bridge (the Julia bridge) never see a Python deleter and need not care about the GIL.
 
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
-use rsdlpack::forward::{forward_owned, forward_versioned};
+use rsdlpack::export::forward::forward_versioned;
 use rsdlpack::{ImportedTensor, PendingRelease};
 use std::os::raw::c_int;
 use std::sync::Mutex;
@@ -74,7 +74,7 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
     tensor.complete()
 }
 
-/// A forwarded tensor's release (see [`rewrap`]): at once when nothing needs waiting for and this
+/// A forwarded tensor's release (see [`forward`]): at once when nothing needs waiting for and this
 /// thread holds the GIL, else queued. A deleter may be called with locks of its caller held that
 /// another Python thread could need, so it neither lets go of the GIL to wait nor waits holding
 /// it (every Python thread would stall, and a stream whose host function takes the GIL would
@@ -148,14 +148,14 @@ pub fn pending() -> usize {
     PENDING.lock().unwrap_or_else(|p| p.into_inner()).len()
 }
 
-/// [`rewrap`], kept with its descriptor (not validated again).
-pub fn rewrap_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor> {
-    forward_owned(tensor, release_forwarded)
+/// [`forward`], kept with its descriptor (not validated again).
+pub fn forward_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor> {
+    rsdlpack::export::forward::forward_owned(tensor, release_forwarded)
 }
 
-/// Wraps a Python-produced tensor as a versioned managed tensor over the same memory, whose
+/// Forwards a Python-produced tensor: a versioned managed tensor over the same memory, whose
 /// deleter releases the original under the GIL (see the module docs). Its metadata is not
-/// copied (see [`rsdlpack::forward`]).
-pub fn rewrap(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
+/// copied (see [`rsdlpack::export::forward`]).
+pub fn forward(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
     forward_versioned(tensor, release_forwarded)
 }

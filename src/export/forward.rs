@@ -14,8 +14,8 @@
 //! with a zero byte offset, explicit strides, the flags the descriptor carries, and the newest
 //! minor version this library speaks ([`crate::export::claimed_minor`]).
 
-use crate::described::dl_tensor_of;
 use crate::error::Result;
+use crate::export::described::dl_tensor_of;
 use crate::export::{claimed_minor, flags};
 use crate::imported::{Imported, ImportedTensor, ManagedTensor, Slot};
 use crate::release::PendingRelease;

@@ -22,6 +22,8 @@
 //! What an exporter hands out for a consumer's `__dlpack__` arguments is decided before any
 //! of this, in [`plan`].
 
+pub mod described;
+pub mod forward;
 pub mod plan;
 
 use crate::descriptor::TensorDescriptor;
