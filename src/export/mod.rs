@@ -1,4 +1,8 @@
-//! Export: a managed tensor over memory owned elsewhere, restating a [`TensorDescriptor`] (a
+//! Export: every way this library hands a managed tensor out. Here, a managed tensor over
+//! memory owned elsewhere; [`described`], one whose owner keeps the descriptor; [`forward`], an
+//! imported tensor handed on; [`plan`], what a consumer's request gets.
+//!
+//! A managed tensor over memory owned elsewhere restates a [`TensorDescriptor`] (a
 //! foreign tensor's, a copy's, or a Julia array's from [`TensorDescriptor::from_julia_layout`]):
 //! the descriptor's invariants make the result valid DLPack, so nothing is validated again.
 //!
