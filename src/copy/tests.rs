@@ -1,4 +1,4 @@
-use super::tiles::{PANEL_COLUMNS, STREAM_THRESHOLD};
+use super::tiles::{PANEL_COLUMNS, READ_ROWS, STREAM_THRESHOLD};
 use super::*;
 use crate::device::Device;
 use crate::layout::ordered;
@@ -326,6 +326,56 @@ fn streamed_bands_start_on_cache_lines_and_cover_every_row_once() {
     let tiles = Tiles::new(&odd, &strides).unwrap();
     let bands = tiles.bands::<4>(1501 * cols as usize * 4, (1 << 20) + 16);
     assert_eq!(bands.rows_of(0), (0, bands.tile_rows));
+}
+
+/// Streamed transposes of 1-, 2-, 4- and 8-byte elements read their bands in sub-bands of
+/// `READ_ROWS` rows through a band buffer; 16-byte elements and outputs below the streaming
+/// size do not. Staged copies of several planes, reversed and stepped views, and a first band
+/// cut short (output 16 bytes off a line) match the definition.
+#[test]
+fn streamed_bands_are_staged_in_sub_bands_and_match_the_definition() {
+    let (shape, strides) = ([2048i64, 2048], [2048i64, 1]);
+    let tiles = Tiles::new(&shape, &strides).unwrap();
+    let staged = |len: usize, size: usize| {
+        let bands = match size {
+            1 => tiles.bands::<1>(len, 1 << 20),
+            2 => tiles.bands::<2>(len, 1 << 20),
+            4 => tiles.bands::<4>(len, 1 << 20),
+            8 => tiles.bands::<8>(len, 1 << 20),
+            _ => tiles.bands::<16>(len, 1 << 20),
+        };
+        assert!(!bands.staged || bands.tile_rows > READ_ROWS);
+        (bands.stream, bands.staged)
+    };
+    for size in [1, 2, 4, 8] {
+        assert_eq!(
+            staged(STREAM_THRESHOLD, size),
+            (true, true),
+            "{size}-byte elements"
+        );
+        assert_eq!(staged(STREAM_THRESHOLD - 1, size), (false, false));
+    }
+    assert_eq!(staged(STREAM_THRESHOLD, 16), (true, false));
+    // Three (dim 0, dim 2) planes of 1100 × 701 (not whole tiles, nor whole sub-bands).
+    let (a, b, c) = (1100i64, 3i64, 701i64);
+    for element in [ElementType::Float32, ElementType::Float64] {
+        let len = (a * b * c) as usize * element.size();
+        assert!(len >= STREAM_THRESHOLD);
+        let mut buffer = AlignedBuffer::zeroed(len + 64);
+        let out = &mut buffer.as_mut_slice()[16..][..len];
+        check_view(element, &[a, b, c], &[b * c, c, 1], out);
+        check_view(element, &[a, b, c], &[-b * c, c, -1], out);
+    }
+    // Bytes: reversed rows, and every other element of every other row.
+    let (rows, cols) = (6016i64, 1403i64);
+    let len = (rows * cols) as usize;
+    assert!(len >= STREAM_THRESHOLD);
+    let mut buffer = AlignedBuffer::zeroed(len + 64);
+    for offset in [16, 5] {
+        let out = &mut buffer.as_mut_slice()[offset..][..len];
+        check_view(ElementType::UInt8, &[rows, cols], &[-cols, 1], out);
+        check_view(ElementType::UInt8, &[rows, cols], &[4 * cols, 2], out);
+    }
 }
 
 #[test]

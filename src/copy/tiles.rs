@@ -40,12 +40,31 @@ const LINE: usize = 64;
 /// on 4 KiB pages; on huge pages the two were within the noise (BENCHMARKS.md).
 pub(super) const PANEL_COLUMNS: usize = 1024;
 
+/// Source rows a streamed transpose reads at once. The hardware prefetchers follow a limited
+/// number of streams: a band's 64 or 128 rows read tile by tile, a piece of each row at a
+/// time, leave most reads waiting on memory, while 16 rows at a time read almost as fast as
+/// one sequential stream (BENCHMARKS.md, "Issue 29: where the copy gap goes"). So a streamed
+/// band is read in sub-bands of this many rows across its whole panel into a band buffer, and
+/// written from there: its output column pieces stay `tile_rows` long.
+pub(super) const READ_ROWS: usize = 16;
+
 /// Outputs of at most this many bytes (the tile's size) are transposed straight into place.
 const DIRECT_THRESHOLD: usize = TILE_BYTES;
 
 /// The local tile, aligned so that its columns start on cache lines.
 #[repr(C, align(64))]
 struct TileBuffer([MaybeUninit<u8>; TILE_BYTES]);
+
+/// A cache line of a band buffer (see [`READ_ROWS`]), so that its columns start on lines.
+#[repr(C, align(64))]
+struct Line([MaybeUninit<u8>; LINE]);
+
+/// The buffer a staged band goes through: `tile_rows` × `panel_cols` elements, column-major
+/// (128–256 KiB: it stays in L2 while the band is written from it). Uninitialised: only the
+/// entries the band's blocks wrote are read.
+fn band_buffer<const N: usize>(bands: &Bands) -> Box<[MaybeUninit<Line>]> {
+    Box::new_uninit_slice((bands.tile_rows * bands.panel_cols * N).div_ceil(LINE))
+}
 
 /// A copy whose output's fastest dimension (0) is not the source's: gathering along dim 0
 /// would read one element per cache line. Instead the plane of dim 0 and the dimension `t`
@@ -120,6 +139,8 @@ pub(super) struct Bands {
     shift: usize,
     /// Write with non-temporal stores.
     pub(super) stream: bool,
+    /// Read each band in sub-bands of [`READ_ROWS`] rows through a band buffer.
+    pub(super) staged: bool,
     /// Transpose straight into the output, without the local tile.
     direct: bool,
 }
@@ -145,10 +166,11 @@ impl Tiles<'_> {
         };
         let rows = self.shape[0] as usize;
         let cols = self.shape[self.t] as usize;
+        let stream = out_len >= STREAM_THRESHOLD;
+        let staged = stream && N != 16 && tile_rows > READ_ROWS;
         let panel_cols = PANEL_COLUMNS
             .next_multiple_of(tile_cols)
             .min(cols.next_multiple_of(tile_cols));
-        let stream = out_len >= STREAM_THRESHOLD;
         // Where every output column starts at the same offset in a cache line (its length is a
         // whole number of lines) and elements are aligned, the first band is cut short so
         // that every later one writes whole lines. A line written in parts by non-temporal
@@ -171,6 +193,7 @@ impl Tiles<'_> {
             per_plane: (rows + shift).div_ceil(tile_rows),
             shift,
             stream,
+            staged,
             // An output this small stays in L1 while it is written: the local tile would only
             // add a second pass.
             direct: out_len <= DIRECT_THRESHOLD,
@@ -179,19 +202,23 @@ impl Tiles<'_> {
 
     /// Copies band `task` (tasks count bands down a panel, then panels across a plane, then
     /// planes): up to `tile_rows` rows across the panel's columns, so that the source is read
-    /// as `tile_rows` streams of long row pieces, which the hardware prefetchers follow, and
-    /// each output column receives a `tile_rows`-element piece. (Walking a column strip down
-    /// all rows instead reads a few lines per row, each a fresh cache miss.)
+    /// as streams of long row pieces, which the hardware prefetchers follow, and each output
+    /// column receives a `tile_rows`-element piece. (Walking a column strip down all rows
+    /// instead reads a few lines per row, each a fresh cache miss.) A staged band reads
+    /// [`READ_ROWS`] of its rows at a time across the panel into `staging`, then writes each
+    /// column from there; others go tile by tile through a local tile.
     ///
     /// # Safety
     /// As [`StridedCopy::copy`], `out` being the output's first byte; no other task may write
-    /// this band's output elements while it runs.
+    /// this band's output elements while it runs; `staging`, where given, a buffer from
+    /// [`band_buffer`] for these bands (a staged band without one goes through the tile).
     unsafe fn copy_band<const N: usize>(
         &self,
         bands: &Bands,
         task: usize,
         source: *const u8,
         out: *mut u8,
+        staging: Option<&mut [MaybeUninit<Line>]>,
     ) {
         let (panel, band) = (task / bands.per_plane, task % bands.per_plane);
         let (plane, panel) = (panel / bands.panels, panel % bands.panels);
@@ -202,33 +229,76 @@ impl Tiles<'_> {
         );
         let (row_start, row_end) = bands.rows_of(band);
         let height = row_end - row_start;
-        // The tile goes through a small local buffer, column-major: rows are read along
-        // the source's fast dimension and columns written along the output's, each in
-        // pieces of whole cache lines. Keeping a tile in cache instead fails for
-        // power-of-two row strides, whose rows all fall into the same few cache sets.
-        // Uninitialised: only the entries written by `Block::transpose_into` are read.
-        let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
-        let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
-        for col_start in (col_begin..col_end).step_by(bands.tile_cols) {
-            let width = bands.tile_cols.min(col_end - col_start);
-            let first = source_base + row_start as isize * bands.row_stride;
+        // The block of rows `rows` and columns from `col_start` (a tile's width at most).
+        let block = |rows: std::ops::Range<usize>, col_start: usize| {
+            let first = source_base + rows.start as isize * bands.row_stride;
             let first = first + col_start as isize * bands.col_stride;
-            let block = Block {
-                // SAFETY: element (row_start, col_start) of the plane, which the tensor
+            Block {
+                // SAFETY: element (rows.start, col_start) of the plane, which the tensor
                 // addresses (function contract).
                 first: unsafe { source.offset(first * N as isize) },
                 row_stride: bands.row_stride * N as isize,
                 col_stride: bands.col_stride,
-                height,
-                width,
-            };
-            // Output element of the block's (0, 0); its column `j` starts `j * out_stride_t`
-            // further.
-            let out_first = out_base + col_start * self.out_stride_t + row_start;
-            // SAFETY: the block's elements are elements the tensor addresses; its output
-            // columns are runs of dim 0 in this plane, inside `out`, written by this task
-            // alone (planes, panels and row bands partition the output).
-            unsafe { self.write_block::<N>(bands, &block, tile, out.add(out_first * N)) };
+                height: rows.len(),
+                width: bands.tile_cols.min(col_end - col_start),
+            }
+        };
+        if let Some(staging) = staging.filter(|_| bands.staged) {
+            let staging = staging.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
+            for sub_start in (row_start..row_end).step_by(READ_ROWS) {
+                let sub_end = (sub_start + READ_ROWS).min(row_end);
+                for col_start in (col_begin..col_end).step_by(bands.tile_cols) {
+                    let at = (col_start - col_begin) * bands.tile_rows + (sub_start - row_start);
+                    // SAFETY: the block's elements are elements the tensor addresses; its
+                    // transpose lands in columns `col_start - col_begin..` of the band buffer,
+                    // rows `sub_start - row_start..`, inside it: the buffer holds `tile_rows`
+                    // × `panel_cols` elements (caller's contract).
+                    unsafe {
+                        block(sub_start..sub_end, col_start)
+                            .transpose_into::<N>(staging.add(at), bands.tile_rows)
+                    };
+                }
+            }
+            for col in col_begin..col_end {
+                let out_first = out_base + col * self.out_stride_t + row_start;
+                // SAFETY: band buffer column `col - col_begin` holds the band's `height`
+                // elements, written just above; the output column piece is a run of dim 0 in
+                // this plane, inside `out`, written by this task alone.
+                unsafe {
+                    write_run(
+                        out.add(out_first * N),
+                        staging
+                            .add((col - col_begin) * bands.tile_rows)
+                            .cast::<u8>(),
+                        height * N,
+                        bands.stream,
+                    )
+                };
+            }
+        } else {
+            // The tile goes through a small local buffer, column-major: rows are read along
+            // the source's fast dimension and columns written along the output's, each in
+            // pieces of whole cache lines. Keeping a tile in cache instead fails for
+            // power-of-two row strides, whose rows all fall into the same few cache sets.
+            // Uninitialised: only the entries written by `Block::transpose_into` are read.
+            let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
+            let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
+            for col_start in (col_begin..col_end).step_by(bands.tile_cols) {
+                // Output element of the block's (0, 0); its column `j` starts
+                // `j * out_stride_t` further.
+                let out_first = out_base + col_start * self.out_stride_t + row_start;
+                // SAFETY: the block's elements are elements the tensor addresses; its output
+                // columns are runs of dim 0 in this plane, inside `out`, written by this task
+                // alone (planes, panels and row bands partition the output).
+                unsafe {
+                    self.write_block::<N>(
+                        bands,
+                        &block(row_start..row_end, col_start),
+                        tile,
+                        out.add(out_first * N),
+                    )
+                };
+            }
         }
         if bands.stream {
             // Non-temporal stores are weakly ordered: make them visible before the task
@@ -293,28 +363,33 @@ impl StridedCopy for Tiles<'_> {
         let planes = out.len() / N / (bands.rows * bands.cols);
         // Addresses, not pointers, so that the closure may be shared with rayon's threads.
         let (source_address, out_address) = (source as usize, out.as_mut_ptr() as usize);
-        let copy_task = |task: usize| {
+        let copy_task = |staging: &mut Option<Box<[MaybeUninit<Line>]>>, task: usize| {
             // SAFETY: the tensor's source and output (function contract); planes, panels and
-            // row bands partition the output, one task per band.
+            // row bands partition the output, one task per band; a staged band's buffer
+            // comes from `band_buffer`, of the size it needs.
             unsafe {
                 self.copy_band::<N>(
                     &bands,
                     task,
                     source_address as *const u8,
                     out_address as *mut u8,
+                    staging.as_deref_mut(),
                 )
             }
         };
+        // One band buffer per piece of work a thread takes on, reused by its bands.
+        let staging = || bands.staged.then(|| band_buffer::<N>(&bands));
         let tasks = planes * bands.panels * bands.per_plane;
         if out.len() < PARALLEL_THRESHOLD {
-            (0..tasks).for_each(copy_task);
+            let mut buffer = staging();
+            (0..tasks).for_each(|task| copy_task(&mut buffer, task));
         } else {
             let task_bytes = bands.tile_rows * bands.panel_cols.min(bands.cols) * N;
             let min_tasks = (PARALLEL_THRESHOLD / task_bytes).max(1);
             (0..tasks)
                 .into_par_iter()
                 .with_min_len(min_tasks)
-                .for_each(copy_task);
+                .for_each_init(staging, copy_task);
         }
     }
 }
