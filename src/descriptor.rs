@@ -26,7 +26,7 @@ use dlpark::ffi::{DLPackVersion, DLTensor};
 /// [`TensorDescriptor::moved_to`]), which check again where the address changes. A descriptor
 /// is large (two 32-slot lists), so the hot paths fill one where it lies instead:
 /// [`TensorDescriptor::validate_into`] over an [`TensorDescriptor::empty`] one, and
-/// [`TensorDescriptor::from_julia_layout`] in its box.
+/// [`TensorDescriptor::julia_layout_into`] likewise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorDescriptor {
     /// Address of the element at index (0, …, 0): `data + byte_offset`.
@@ -145,11 +145,12 @@ impl TensorDescriptor {
             // contract.
             unsafe { described.read_dims(tensor, ndim, version) }?;
         }
-        described.first_element = usize::try_from(tensor.byte_offset)
+        let first_element = usize::try_from(tensor.byte_offset)
             .ok()
             .and_then(|offset| (tensor.data as usize).checked_add(offset))
             .ok_or_else(|| extent_overflow(&described.shape, &described.strides))?;
-        described.check(tensor.data.is_null())
+        described.first_element = first_element;
+        described.check(first_element, element, tensor.data.is_null())
     }
 
     /// Reads the shape and strides of `tensor` (`ndim ≥ 1` of them) into the empty lists;
@@ -193,8 +194,8 @@ impl TensorDescriptor {
     /// dims (a column-major `Array` then looks row-major-compact to the consumer). The same
     /// checks as [`TensorDescriptor::validate`] apply.
     ///
-    /// Boxed, and described where it lies (see [`Self::validate_into`]): a descriptor is ~560
-    /// bytes, and an exporter keeps it.
+    /// Boxed, and described where it lies (see [`Self::julia_layout_into`]): a descriptor is
+    /// ~560 bytes, and an exporter keeps it.
     pub fn from_julia_layout(
         first_element: usize,
         device: Device,
@@ -204,11 +205,32 @@ impl TensorDescriptor {
         order: IndexOrder,
     ) -> Result<Box<Self>> {
         let mut described = Box::new(Self::empty());
-        described.describe_julia_layout(first_element, device, element, dims, strides, order)?;
+        described.julia_layout_into(first_element, device, element, dims, strides, order)?;
         Ok(described)
     }
 
-    /// [`Self::from_julia_layout`], written over `self`; on error `self` holds no meaning.
+    /// [`Self::from_julia_layout`], written over `self` where it already lies (inside the
+    /// allocation of the exporter that keeps it, say). On error `self` is [`Self::empty`]
+    /// again.
+    pub fn julia_layout_into(
+        &mut self,
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        dims: &[usize],
+        strides: &[isize],
+        order: IndexOrder,
+    ) -> Result<()> {
+        match self.describe_julia_layout(first_element, device, element, dims, strides, order) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                *self = Self::empty();
+                Err(error)
+            }
+        }
+    }
+
+    /// The description itself; leaves `self` half-written on error.
     fn describe_julia_layout(
         &mut self,
         first_element: usize,
@@ -250,7 +272,7 @@ impl TensorDescriptor {
         self.read_only = false;
         self.is_copied = false;
         self.version = None;
-        self.check(first_element == 0)
+        self.check(first_element, element, first_element == 0)
     }
 
     /// A compact tensor of `shape` at `first_element` (row-major when `row_major`, else
@@ -339,17 +361,23 @@ impl TensorDescriptor {
 
     /// `self` once [`Self::check`]ed.
     fn checked(mut self, data_is_null: bool) -> Result<Self> {
-        self.check(data_is_null)?;
+        let (first_element, element) = (self.first_element, self.element);
+        self.check(first_element, element, data_is_null)?;
         Ok(self)
     }
 
     /// Checks the invariants (see the type's docs) of parts read from elsewhere, and counts the
     /// elements; `data_is_null` says whether the base address was null (only an empty tensor
-    /// may have one).
-    fn check(&mut self, data_is_null: bool) -> Result<()> {
+    /// may have one). `first_element` and `element` are the values just written to `self`,
+    /// passed again rather than read back: the read would wait for those narrow stores.
+    fn check(
+        &mut self,
+        first_element: usize,
+        element: ElementType,
+        data_is_null: bool,
+    ) -> Result<()> {
+        debug_assert_eq!((first_element, element), (self.first_element, self.element));
         let Self {
-            first_element,
-            element,
             ref shape,
             ref strides,
             ..

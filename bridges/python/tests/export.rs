@@ -53,7 +53,10 @@ fn with_exporter<'py>(py: Python<'py>, tensor: ImportedTensor, code: &str) -> Bo
     globals
         .set_item(
             "exporter",
-            Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap(),
+            Exporter::new(tensor, None)
+                .unwrap()
+                .into_pyobject(py)
+                .unwrap(),
         )
         .unwrap();
     let source = std::ffi::CString::new(format!("import gc\nimport numpy as np\n{code}")).unwrap();

@@ -11,7 +11,7 @@ use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
 use crate::export::roots::{self, JuliaRoot};
 use crate::export::share_into::share_into;
-use pyo3::{Py, ffi};
+use pyo3::{Bound, IntoPyObject, ffi};
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
 use rsdlpack::{Device, ElementType, TensorDescriptor};
 use std::ffi::c_char;
@@ -90,11 +90,15 @@ pub unsafe extern "C" fn rsdlpack_py_share_with_flags(
         )?;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
+        let (root, stream) = root_and_stream(array);
         // SAFETY: forwarded from this entry point's contract.
-        let (spec, root, stream) = unsafe { read_array(array) }?;
+        let describe = |descriptor: &mut _| unsafe { describe(array, descriptor) };
+        let exporter = Exporter::of_julia_array(root, stream, describe)?;
         let exporter = with_python_as(attach, |py| {
-            Py::new(py, Exporter::of_julia_array(spec, root, stream)?)
-                .map_err(|e| BridgeError::producer("creating the exporter", e))
+            Ok(exporter
+                .into_pyobject(py)
+                .map_err(|e| BridgeError::producer("creating the exporter", e))?
+                .unbind())
         })?;
         // SAFETY: `out` is writable (checked non-null; caller's contract).
         unsafe { out.write(share_result(exporter.into_ptr())) };
@@ -153,17 +157,23 @@ pub unsafe extern "C" fn rsdlpack_py_share_into_with_flags(
         let exporter_for_non_types = flags & RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES != 0;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
+        let (root, stream) = root_and_stream(array);
+        let mut spec = TensorDescriptor::empty();
         // SAFETY: forwarded from this entry point's contract.
-        let (spec, root, stream) = unsafe { read_array(array) }?;
+        unsafe { describe(array, &mut spec) }?;
         // SAFETY: a live object (caller's contract), borrowed for the call.
         let object = unsafe {
             with_object_as(attach, r#type, |object| {
                 match object.cast::<pyo3::types::PyType>() {
                     Ok(ty) => Ok(share_into(ty, &spec, root, stream)?.unbind()),
                     Err(_) if exporter_for_non_types => {
-                        Py::new(object.py(), Exporter::of_julia_array(spec, root, stream)?)
-                            .map(Py::into_any)
-                            .map_err(|e| BridgeError::producer("creating the exporter", e))
+                        Exporter::of_julia_array(root, stream, |descriptor| {
+                            *descriptor = spec;
+                            Ok(())
+                        })?
+                        .into_pyobject(object.py())
+                        .map(Bound::unbind)
+                        .map_err(|e| BridgeError::producer("creating the exporter", e))
                     }
                     Err(_) => Err(BridgeError::NotAType {
                         got: object.to_string(),
@@ -187,25 +197,22 @@ fn share_result(object: *mut ffi::PyObject) -> RsdlShareResult {
     }
 }
 
-/// What both share entry points read of `array`: its descriptor, its root, and the stream it
-/// was written on.
+/// The root that keeps `array` alive (dropped, i.e. queued as released, on any error from
+/// here on) and the stream it was written on.
+fn root_and_stream(array: &RsdlArrayExport) -> (JuliaRoot, Option<usize>) {
+    let stream = (array.stream != 0).then_some(array.stream);
+    (JuliaRoot(array.root_id), stream)
+}
+
+/// Describes `array` over `descriptor`, where the caller keeps it: its element type, rank,
+/// dims and strides checked ([`TensorDescriptor::julia_layout_into`]). Each field goes
+/// straight from the caller's struct into the descriptor: gathered into a struct of its own
+/// first, the narrow fields would be stored one by one and loaded back as a whole, stalling.
 ///
 /// # Safety
 /// As [`rsdlpack_py_share`]'s contract for `array`.
-// Inlined: its `Result` would come back through memory, where `spec_of`'s is a pointer.
 #[inline]
-unsafe fn read_array(
-    array: &RsdlArrayExport,
-) -> BridgeResult<(Box<TensorDescriptor>, JuliaRoot, Option<usize>)> {
-    let root = JuliaRoot(array.root_id);
-    // SAFETY: forwarded from this function's contract.
-    let spec = unsafe { spec_of(array) }?;
-    Ok((spec, root, (array.stream != 0).then_some(array.stream)))
-}
-
-/// # Safety
-/// As [`rsdlpack_py_share`]'s contract for `array`.
-unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>> {
+unsafe fn describe(array: &RsdlArrayExport, descriptor: &mut TensorDescriptor) -> BridgeResult<()> {
     let element =
         ElementType::from_code(array.element_code).ok_or(BridgeError::UnknownElementCode {
             code: array.element_code,
@@ -232,16 +239,10 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
         device_type: DLDeviceType(array.device_type),
         device_id: array.device_id,
     });
-    let mut described = TensorDescriptor::from_julia_layout(
-        array.address,
-        device,
-        element,
-        dims,
-        strides,
-        index_order(array.order)?,
-    )?;
-    described.set_read_only(array.read_only != 0);
-    Ok(described)
+    let order = index_order(array.order)?;
+    descriptor.julia_layout_into(array.address, device, element, dims, strides, order)?;
+    descriptor.set_read_only(array.read_only != 0);
+    Ok(())
 }
 
 /// Julia's `Int`s read in place as the `usize` dims and `isize` strides the core takes: the

@@ -1,34 +1,51 @@
 //! The exporter: a Python object with `__dlpack__` and `__dlpack_device__` over a tensor that
 //! Rust owns (a Julia array's root, a copy buffer, a tensor from another producer).
 //!
-//! Every `__dlpack__` call hands out a new managed tensor whose owner shares the source, so
+//! Every `__dlpack__` call hands out a new managed tensor holding a reference to the source, so
 //! the source lives until the exporter and every consumer are done with it. Capsules nobody
 //! consumes are freed by their destructor (see [`crate::protocol::capsule`]). What each call
 //! hands out is the core's decision ([`rsdlpack::export::plan`]); this module carries it out.
 //!
-//! The type's Python face (`__dlpack__`, `__dlpack_c_exchange_api__`, …) is in
-//! [`super::methods`], above the modules that implement it, which use the type defined here.
+//! One share or export allocates the Python object and one source: the descriptor, what keeps
+//! the memory alive and room for a capsule's header, in one `Arc` allocation built where it
+//! lies ([`Source`]). A capsule of the source's own memory takes that room while it is free
+//! ([`rsdlpack::described::HeaderSlot`]), so that an exporter consumed once allocates nothing
+//! more; a second capsule alive at the same time gets an allocation of its own.
+//!
+//! The object's layout is defined here ([`ExporterObject`]); its type and Python face
+//! (`__dlpack__`, `__dlpack_c_exchange_api__`, …) are in [`super::methods`], above the modules
+//! that implement them, which use the exporter defined here.
 
 use super::roots::JuliaRoot;
 use crate::error::BridgeResult;
 use crate::protocol::capsule::into_capsule;
 use crate::protocol::request::{ExportRequest, VersionRequest};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::cuda::order::ReadyEvent;
-use rsdlpack::described::{DescribingOwner, export_legacy_described, export_versioned_described};
+use rsdlpack::described::{
+    DescribingOwner, HeaderSlot, SlotOwner, export_legacy_described, export_legacy_in_slot,
+    export_versioned_described, export_versioned_in_slot,
+};
 use rsdlpack::dlpark::Managed;
-use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
+use rsdlpack::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
-use rsdlpack::{ImportedTensor, IndexOrder, TensorDescriptor};
+use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
-/// The tensor behind an exporter, and what keeps its memory alive.
+/// The tensor behind an exporter, what keeps its memory alive, and room for one capsule's
+/// header: one allocation (the exporter's `Arc`), shared by the exporter and its capsules, and
+/// built where it lies (a descriptor is ~560 bytes).
 struct Source {
-    described: Described,
+    slot: HeaderSlot,
+    descriptor: TensorDescriptor,
+    /// Held for its drop.
+    _memory: Keeper,
     /// For device memory: the point in the stream on which its producer wrote it, recorded
     /// when the exporter was made. Consumers' streams are ordered after it; the producer's
     /// stream itself is not used again (it may be gone by the time a consumer comes).
@@ -36,54 +53,96 @@ struct Source {
     ready: Option<ReadyEvent>,
 }
 
-/// A source's descriptor with what keeps its memory alive until the exporter and every capsule
-/// are gone.
-enum Described {
+/// What keeps a source's memory alive until the exporter and every capsule are gone.
+enum Keeper {
     /// A tensor from another producer (or a copy): its deleter runs when the source drops.
-    Tensor(ImportedTensor),
-    /// A Julia array: its root is released when the source drops. Held directly, not inside a
-    /// managed tensor nobody would see.
-    JuliaArray {
-        descriptor: Box<TensorDescriptor>,
-        /// Held for its drop only.
-        _root: JuliaRoot,
-    },
+    Tensor(#[allow(dead_code)] ManagedTensor),
+    /// A Julia array: its root is released when the source drops.
+    JuliaArray(#[allow(dead_code)] JuliaRoot),
 }
 
-impl Source {
-    /// `stream`: the `CUstream` device memory was written on (`None`: the legacy default).
-    fn new(described: Described, stream: Option<usize>) -> BridgeResult<Self> {
-        let mut source = Self {
-            described,
-            ready: None,
+/// A source being built in its `Arc`: its descriptor written first (where it will stay), the
+/// rest by [`Self::finish`]. Dropped unfinished, it frees the allocation and drops nothing.
+///
+/// Written through the `Arc`'s pointer, which nothing else holds: `Arc::get_mut` would prove
+/// that with an atomic compare-and-swap on each call, a visible part of a share.
+struct Building {
+    /// Invariant: the descriptor is initialised, the other fields are not; never cloned.
+    uninit: Arc<std::mem::MaybeUninit<Source>>,
+}
+
+impl Building {
+    #[inline]
+    fn new() -> Self {
+        let building = Self {
+            uninit: Arc::new_uninit(),
         };
-        let device = source.descriptor().device();
+        // SAFETY: the fresh allocation is ours alone; the descriptor is written in place.
+        unsafe { (&raw mut (*building.place()).descriptor).write(TensorDescriptor::empty()) };
+        building
+    }
+
+    /// The source's place: `Arc::as_ptr` derives it from the allocation itself, not from a
+    /// shared reference, and the `Arc` is the only one (never cloned), so writes through it
+    /// race with nothing.
+    #[inline]
+    fn place(&self) -> *mut Source {
+        Arc::as_ptr(&self.uninit).cast_mut().cast()
+    }
+
+    /// The descriptor, to describe the source where it lies.
+    #[inline]
+    fn descriptor(&mut self) -> &mut TensorDescriptor {
+        // SAFETY: the descriptor is initialised (the invariant), and borrowed mutably through
+        // `self`, which alone reaches the allocation (see `place`).
+        unsafe { &mut (*self.place()).descriptor }
+    }
+
+    /// The source, kept alive by `memory`. `stream`: the `CUstream` device memory was written
+    /// on (`None`: the legacy default); on error `memory` is dropped before returning.
+    #[inline]
+    fn finish(self, memory: Keeper, stream: Option<usize>) -> BridgeResult<Arc<Source>> {
+        let place = self.place();
+        // SAFETY: the descriptor is initialised (the invariant).
+        let device = unsafe { (*place).descriptor.device() };
+        let mut ready = None;
         if ordered_by_streams(device.kind) {
             // SAFETY: `stream` is the stream the exporter's creator named for this memory
             // (rsdlpack_py_export_with_stream's and rsdlpack_py_share's contracts) or the
             // legacy default stream (1).
             match unsafe { ReadyEvent::record(device.id, stream.unwrap_or(1)) } {
-                Ok(ready) => source.ready = Some(ready),
+                Ok(recorded) => ready = Some(recorded),
                 Err(rsdlpack::Error::NoCudaDriver) => {}
                 Err(error) => return Err(error.into()),
             }
         }
-        Ok(source)
-    }
-
-    fn descriptor(&self) -> &TensorDescriptor {
-        match &self.described {
-            Described::Tensor(tensor) => tensor.descriptor(),
-            Described::JuliaArray { descriptor, .. } => descriptor,
+        // SAFETY: the remaining fields are written in place (see `place`); with the descriptor
+        // (the invariant) every field is then initialised.
+        unsafe {
+            (&raw mut (*place).slot).write(HeaderSlot::new());
+            (&raw mut (*place)._memory).write(memory);
+            (&raw mut (*place).ready).write(ready);
+            Ok(self.uninit.assume_init())
         }
     }
 }
 
-/// What a capsule's managed tensor owns, with the descriptor it restates: the header reads
-/// that descriptor in place (see [`rsdlpack::described`]). Memory owners are held for their
-/// drop.
+// SAFETY: the descriptor and the slot are fields of the source, which lives in its `Arc`'s
+// allocation and never changes once built.
+unsafe impl SlotOwner for Source {
+    fn descriptor(&self) -> &TensorDescriptor {
+        &self.descriptor
+    }
+    fn slot(&self) -> &HeaderSlot {
+        &self.slot
+    }
+}
+
+/// What a capsule's managed tensor owns when the source's slot cannot serve it, with the
+/// descriptor it restates: the header reads that descriptor in place (see
+/// [`rsdlpack::described`]). Memory owners are held for their drop.
 enum CapsuleOwner {
-    /// The source itself, restated as it is.
+    /// The source itself, restated as it is (its slot taken by another capsule).
     Shared(Arc<Source>),
     /// The source, restated otherwise (IS_COPIED cleared).
     Restated(#[allow(dead_code)] Arc<Source>, Box<TensorDescriptor>),
@@ -93,76 +152,178 @@ enum CapsuleOwner {
     HostCopy(Box<rsdlpack::cuda::to_host::HostCopy>),
 }
 
-// SAFETY: every descriptor answered lives behind an `Arc` or a `Box` the owner holds (the
-// source's own is boxed in its `ImportedTensor` or beside its Julia root), and nothing
-// changes a descriptor once built: it stays put and unchanged however the owner moves.
+// SAFETY: every descriptor answered lives inside an `Arc` or a `Box` the owner holds (the
+// source's own in its `Arc`), and nothing changes a descriptor once built: it stays put and
+// unchanged however the owner moves.
 unsafe impl DescribingOwner for CapsuleOwner {
     fn descriptor(&self) -> &TensorDescriptor {
         match self {
-            Self::Shared(source) => source.descriptor(),
+            Self::Shared(source) => &source.descriptor,
             Self::Restated(_, descriptor) | Self::Copy(_, descriptor) => descriptor,
             Self::HostCopy(host) => &host.descriptor,
         }
     }
 }
 
-/// A tensor offered to Python consumers through the DLPack protocol.
-#[pyclass(frozen, name = "DLPackTensor", module = "rsdlpack")]
+/// What one export hands out the memory of: the source's own, or a private copy.
+enum Carried {
+    Source,
+    Copy(CapsuleOwner),
+}
+
+/// A tensor offered to Python consumers through the DLPack protocol; in Python, an object of
+/// type `rsdlpack.DLPackTensor` ([`ExporterObject`]).
 pub struct Exporter {
     source: Arc<Source>,
 }
 
+/// An exporter's Python object: Python's object header, then the exporter. Its type is made by
+/// [`super::methods`], which publishes it in [`TYPE`]: made by hand rather than by pyo3, whose
+/// classes are made through the base type's `tp_new` and dropped through bookkeeping that
+/// every share would pay for (BENCHMARKS.md, "Issue 29: share and export").
+#[repr(C)]
+pub(crate) struct ExporterObject {
+    header: ffi::PyObject,
+    exporter: Exporter,
+}
+
+/// The exporter type once built (null before): objects of this type, and only those (it allows
+/// no subclasses), are [`ExporterObject`]s.
+pub(super) static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+impl ExporterObject {
+    pub(super) const SIZE: usize = size_of::<Self>();
+
+    /// Drops the exporter inside `object` (its type's `tp_dealloc`, which frees the object).
+    ///
+    /// # Safety
+    /// `object` is an exporter object whose reference count reached zero; it is not used
+    /// again but to be freed.
+    pub(super) unsafe fn drop_exporter(object: *mut ffi::PyObject) {
+        // SAFETY: an exporter object (contract) holds an initialised exporter, dropped once.
+        unsafe { std::ptr::drop_in_place(&raw mut (*object.cast::<Self>()).exporter) };
+    }
+}
+
 impl Exporter {
-    /// `stream`: for device tensors, the producer's stream (see [`Source`]).
-    pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> BridgeResult<Self> {
+    /// `object`'s exporter, when it is an exporter object.
+    pub(crate) fn of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a Self> {
+        let ty = TYPE.load(Ordering::Acquire);
+        // SAFETY: a live object's header.
+        let ours = !ty.is_null() && unsafe { ffi::Py_TYPE(object.as_ptr()) } == ty;
+        // SAFETY: an object of the exporter type (just checked), alive as long as `object`.
+        ours.then(|| unsafe { Self::of_receiver(object.as_ptr()) })
+    }
+
+    /// The exporter inside `object`.
+    ///
+    /// # Safety
+    /// `object` is a live exporter object (a method's receiver, which its method descriptor
+    /// checked), alive for `'a`.
+    pub(crate) unsafe fn of_receiver<'a>(object: *mut ffi::PyObject) -> &'a Self {
+        // SAFETY: an exporter object (contract) holds an initialised exporter.
+        unsafe { &(*object.cast::<ExporterObject>()).exporter }
+    }
+
+    /// A new exporter object over `self`, of the exporter type `ty`.
+    ///
+    /// # Safety
+    /// `ty` is the exporter type ([`TYPE`]'s).
+    pub(super) unsafe fn into_object_of<'py>(
+        self,
+        py: Python<'py>,
+        ty: *mut ffi::PyTypeObject,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: `ty` is a live heap type (contract); its `tp_alloc` is this generic one (a
+        // type without garbage-collector support), which zeroes the object, sets its type
+        // and reference count and takes a reference to the type.
+        let raw = unsafe { ffi::PyType_GenericAlloc(ty, 0) };
+        if raw.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: a fresh object of `ty`'s size, `ExporterObject::SIZE`: the exporter is
+        // written where its layout puts it, and the new reference passes to the `Bound`.
+        unsafe {
+            (&raw mut (*raw.cast::<ExporterObject>()).exporter).write(self);
+            Ok(Bound::from_owned_ptr(py, raw))
+        }
+    }
+
+    /// A new exporter object over `self`, of the exporter type as built (for the C exchange
+    /// API's `managed_tensor_to_py_object_no_sync`, which is reached through that type).
+    pub(crate) fn into_object_of_built_type<'py>(
+        self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ty = TYPE.load(Ordering::Acquire);
+        if ty.is_null() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "rsdlpack.DLPackTensor has not been made yet",
+            ));
+        }
+        // SAFETY: the exporter type, published once built.
+        unsafe { self.into_object_of(py, ty) }
+    }
+    /// A producer's tensor, validated where the exporter keeps it; on error it is released
+    /// before returning. `stream`: for device tensors, the producer's stream (see [`Source`]).
+    pub fn of_tensor(tensor: ManagedTensor, stream: Option<usize>) -> BridgeResult<Self> {
+        let mut building = Building::new();
+        if let Err(error) = tensor.describe_into(building.descriptor()) {
+            drop(tensor);
+            return Err(error.into());
+        }
         Ok(Self {
-            source: Arc::new(Source::new(Described::Tensor(tensor), stream)?),
+            source: building.finish(Keeper::Tensor(tensor), stream)?,
         })
     }
 
-    /// A Julia array described by `descriptor`, kept alive by `root`.
+    /// A tensor imported already (its descriptor validated then).
+    pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> BridgeResult<Self> {
+        let mut building = Building::new();
+        *building.descriptor() = *tensor.descriptor();
+        let memory = Keeper::Tensor(tensor.into_managed());
+        Ok(Self {
+            source: building.finish(memory, stream)?,
+        })
+    }
+
+    /// A Julia array kept alive by `root` (released on error too), which `describe` writes
+    /// over the descriptor where the exporter keeps it
+    /// ([`TensorDescriptor::julia_layout_into`]).
+    #[inline]
     pub fn of_julia_array(
-        descriptor: Box<TensorDescriptor>,
         root: JuliaRoot,
         stream: Option<usize>,
+        describe: impl FnOnce(&mut TensorDescriptor) -> BridgeResult<()>,
     ) -> BridgeResult<Self> {
-        let described = Described::JuliaArray {
-            descriptor,
-            _root: root,
-        };
+        let mut building = Building::new();
+        if let Err(error) = describe(building.descriptor()) {
+            drop(root);
+            return Err(error);
+        }
         Ok(Self {
-            source: Arc::new(Source::new(described, stream)?),
+            source: building.finish(Keeper::JuliaArray(root), stream)?,
         })
     }
 
     /// What `__dlpack__` answers for `request` (see [`super::dlpack_method`]).
+    #[inline]
     pub(crate) fn dlpack<'py>(
         &self,
         py: Python<'py>,
         request: &ExportRequest,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
         crate::python::release::drain(py, crate::python::release::Wait::No);
-        self.export(py, request)
-    }
-
-    fn export<'py>(
-        &self,
-        py: Python<'py>,
-        request: &ExportRequest,
-    ) -> BridgeResult<Bound<'py, PyCapsule>> {
         let plan = plan_export(&self.facts(), request)?;
-        let owner = self.carry_out(plan.memory)?;
         match plan.capsule {
-            Capsule::Versioned { minor } => {
-                into_capsule(py, export_versioned_described(owner, minor)?)
-            }
-            Capsule::Legacy => into_capsule(py, export_legacy_described(owner)?),
+            Capsule::Versioned { minor } => into_capsule(py, self.versioned(plan.memory, minor)?),
+            Capsule::Legacy => into_capsule(py, self.legacy(plan.memory)?),
         }
     }
 
     /// The validated tensor behind this exporter.
     pub(crate) fn descriptor(&self) -> &rsdlpack::TensorDescriptor {
-        self.source.descriptor()
+        &self.source.descriptor
     }
 
     /// What [`plan_export`] needs to know about the source.
@@ -189,11 +350,36 @@ impl Exporter {
             copy: None,
         };
         let plan = plan_export(&self.facts(), &request)?;
-        let owner = self.carry_out(plan.memory)?;
-        Ok(export_versioned_described(
-            owner,
-            DLPackVersion::CURRENT.minor,
-        )?)
+        self.versioned(plan.memory, DLPackVersion::CURRENT.minor)
+    }
+
+    /// A versioned tensor over `memory`, declaring 1.`minor`: the source's memory in its slot
+    /// while that is free.
+    fn versioned(
+        &self,
+        memory: Memory,
+        minor: u32,
+    ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
+        let owner = match self.carry_out(memory)? {
+            Carried::Source => match export_versioned_in_slot(&self.source, minor)? {
+                Some(tensor) => return Ok(tensor),
+                None => self.shared(),
+            },
+            Carried::Copy(owner) => owner,
+        };
+        Ok(export_versioned_described(owner, minor)?)
+    }
+
+    /// [`Self::versioned`] in the legacy ABI.
+    fn legacy(&self, memory: Memory) -> BridgeResult<Managed<DLManagedTensor>> {
+        let owner = match self.carry_out(memory)? {
+            Carried::Source => match export_legacy_in_slot(&self.source)? {
+                Some(tensor) => return Ok(tensor),
+                None => self.shared(),
+            },
+            Carried::Copy(owner) => owner,
+        };
+        Ok(export_legacy_described(owner)?)
     }
 
     /// Orders the legacy default stream after the stream that wrote a CUDA or managed source
@@ -217,16 +403,16 @@ impl Exporter {
         }
     }
 
-    /// The owner of one export, as [`plan_export`] decided: the source itself (its consumer's
+    /// The memory of one export, as [`plan_export`] decided: the source itself (its consumer's
     /// stream ordered after the producer's, for CUDA memory), or a host copy.
-    fn carry_out(&self, memory: Memory) -> BridgeResult<CapsuleOwner> {
+    fn carry_out(&self, memory: Memory) -> BridgeResult<Carried> {
         let descriptor = self.descriptor();
         match memory {
             Memory::Shared { consumer_stream } => {
                 if let Some(consumer) = consumer_stream {
                     self.order_before(consumer)?;
                 }
-                Ok(self.shared())
+                Ok(Carried::Source)
             }
             Memory::HostCopy => {
                 // SAFETY: the source's memory is alive (we own it) and host-readable (the plan
@@ -236,7 +422,7 @@ impl Exporter {
                 // racing writer yields a mix of old and new values, never invalid ones.
                 let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
                 let spec = Box::new(descriptor.copied_at(buffer.as_ptr() as usize));
-                Ok(CapsuleOwner::Copy(buffer, spec))
+                Ok(Carried::Copy(CapsuleOwner::Copy(buffer, spec)))
             }
             Memory::DeviceToHost => {
                 if self.source.ready.is_none() {
@@ -246,16 +432,17 @@ impl Exporter {
                 let host = unsafe {
                     rsdlpack::cuda::to_host::copy_to_host(descriptor, self.source.ready.as_ref())
                 }?;
-                Ok(CapsuleOwner::HostCopy(Box::new(host)))
+                Ok(Carried::Copy(CapsuleOwner::HostCopy(Box::new(host))))
             }
         }
     }
 
-    /// A capsule over the source itself. Several capsules share the memory, so none may claim
-    /// IS_COPIED (a private copy), whatever the source said.
+    /// An owner over the source itself, for a capsule the slot cannot hold. Several capsules
+    /// share the memory, so none may claim IS_COPIED (a private copy), whatever the source
+    /// said.
     fn shared(&self) -> CapsuleOwner {
         let source = Arc::clone(&self.source);
-        // The source's own unless the flag must change: this is every zero-copy export.
+        // The source's own unless the flag must change.
         if self.descriptor().is_copied() {
             let restated = Box::new(self.descriptor().with_is_copied(false));
             CapsuleOwner::Restated(source, restated)

@@ -109,12 +109,19 @@ pub enum Wait {
 /// Releases queued tensors (all of them with [`Wait::Yes`], waiting for their GPU work with the
 /// GIL released) and returns how many. Call with the GIL held (a `Python` token proves it),
 /// from an entry point rather than a deleter (see `release_forwarded`).
+#[inline]
 pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
     // Set under the lock after each push, cleared under the lock here: a push that this load
     // misses is drained by the next call.
     if !MAYBE_PENDING.load(Ordering::Acquire) {
         return 0;
     }
+    drain_queued(py, wait)
+}
+
+/// [`drain`] past its check (out of line: every bridge call makes the check).
+#[inline(never)]
+fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
         // Asking does not wait; host tensors and completed fences are ready, and a fallback
