@@ -8,8 +8,8 @@
 //! [`crate::export`]): the first element's address with a zero byte offset, explicit strides,
 //! the descriptor's flags, the claimed version.
 //!
-//! An owner shared by reference count (an exporter's source, behind an `Arc`) can do better
-//! still: it keeps room for one header ([`HeaderSlot`]), and an export while that room is free
+//! An owner that counts references to itself (an exporter's allocation) can do better still:
+//! it keeps room for one header ([`HeaderSlot`]), and an export while that room is free
 //! allocates nothing at all ([`export_versioned_in_slot`], [`export_legacy_in_slot`]). The
 //! commonest exporter hands out one capsule, consumed at once; a second export while the
 //! first is alive takes the one-allocation path above.
@@ -21,7 +21,6 @@ use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTe
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
 use std::cell::UnsafeCell;
 use std::mem::{MaybeUninit, offset_of};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An owner that keeps the descriptor its tensor restates.
@@ -124,18 +123,20 @@ unsafe extern "C" fn delete_described<M: ManagedTensorBase, O: DescribingOwner>(
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(described)));
 }
 
-/// Room for the header of one export at a time, inside an owner shared by reference count
-/// ([`SlotOwner`]). Claimed by an export, freed by that export's deleter.
+/// Room for the header of one export at a time, inside an owner that counts references to
+/// itself ([`SlotOwner`]). Claimed by an export, freed by that export's deleter.
 pub struct HeaderSlot {
     /// Big enough for either ABI's header (asserted in [`claim`]).
     header: UnsafeCell<MaybeUninit<DLManagedTensorVersioned>>,
-    /// Whether an export holds the slot.
+    /// Whether an export holds the slot. Set only by claims, which never overlap (the export
+    /// functions' contract), and cleared only by the holder's deleter: a load and a store
+    /// suffice, with no read-modify-write.
     taken: AtomicBool,
 }
 
-// SAFETY: the header is written only by the export that claimed the slot (`taken` turned true
-// by that thread), read through the managed tensor it hands on, and left alone once the
-// deleter frees the slot; the flag orders each claim after the previous export's last read.
+// SAFETY: the header is written only by the export that claimed the slot, read through the
+// managed tensor it hands on, and left alone once the deleter frees the slot; the flag's
+// Release (deleter) and Acquire (claim) order each claim after the previous export's last read.
 unsafe impl Sync for HeaderSlot {}
 // SAFETY: as above: the header's pointers lead to the owner's descriptor and to memory the
 // owner already shares, and only the export that claimed the slot writes it.
@@ -148,6 +149,11 @@ impl HeaderSlot {
             taken: AtomicBool::new(false),
         }
     }
+
+    /// Whether an export holds the slot now.
+    pub fn is_taken(&self) -> bool {
+        self.taken.load(Ordering::Acquire)
+    }
 }
 
 impl Default for HeaderSlot {
@@ -156,29 +162,42 @@ impl Default for HeaderSlot {
     }
 }
 
-/// An owner shared by reference count that keeps a [`HeaderSlot`] and the descriptor its
-/// exports restate.
+/// An owner that keeps a [`HeaderSlot`] and the descriptor its exports restate, and counts the
+/// references to itself: an export in the slot holds one from its claim to its deleter.
 ///
 /// # Safety
 /// [`Self::descriptor`] must answer the same descriptor, unchanged, and [`Self::slot`] the same
-/// slot, for as long as the owner lives: both inside the `Arc`'s allocation (or behind a
-/// `Box` the owner holds), which never moves.
-pub unsafe trait SlotOwner: Send + Sync + 'static {
+/// slot, for as long as the owner lives, at addresses that never move. [`Self::retain`] takes
+/// a reference that keeps the owner alive (at the same address) until the matching
+/// [`Self::release`], which may run on any thread.
+pub unsafe trait SlotOwner: Sync + 'static {
     fn descriptor(&self) -> &TensorDescriptor;
     fn slot(&self) -> &HeaderSlot;
+    /// Takes one more reference to the owner.
+    fn retain(&self);
+    /// Gives back a reference [`Self::retain`] took; the owner may be gone afterwards.
+    ///
+    /// # Safety
+    /// `owner` is an owner whose reference the caller holds and does not use again.
+    unsafe fn release(owner: *const Self);
 }
 
 /// A versioned export of `owner`'s memory in its slot, sharing it (IS_COPIED, a claim that the
 /// consumer owns the memory alone, is never made: every export of the owner reaches the same
 /// memory); `Ok(None)` when the slot is taken. The export holds a reference to `owner` until
 /// its deleter runs. Refused (nothing claimed) as [`export_versioned_described`] refuses.
-pub fn export_versioned_in_slot<O: SlotOwner>(
-    owner: &Arc<O>,
+///
+/// # Safety
+/// No two exports of the same owner run at once (the Python bridge holds the GIL for each);
+/// their deleters may run anywhere, at any time.
+pub unsafe fn export_versioned_in_slot<O: SlotOwner>(
+    owner: &O,
     minor_version: u32,
 ) -> Result<Option<Managed<DLManagedTensorVersioned>>> {
     let descriptor = owner.descriptor();
     let claimed = claimed_minor(descriptor.element(), minor_version)?;
-    let Some(raw) = claim::<DLManagedTensorVersioned, O>(owner) else {
+    // SAFETY: forwarded from this function's contract.
+    let Some(raw) = (unsafe { claim::<DLManagedTensorVersioned, O>(owner) }) else {
         return Ok(None);
     };
     // SAFETY: the slot is ours (just claimed) and its header written but for these two
@@ -200,12 +219,16 @@ pub fn export_versioned_in_slot<O: SlotOwner>(
 
 /// [`export_versioned_in_slot`] in the legacy ABI, refused (nothing claimed) as
 /// [`export_legacy_described`] refuses.
-pub fn export_legacy_in_slot<O: SlotOwner>(
-    owner: &Arc<O>,
+///
+/// # Safety
+/// As [`export_versioned_in_slot`].
+pub unsafe fn export_legacy_in_slot<O: SlotOwner>(
+    owner: &O,
 ) -> Result<Option<Managed<DLManagedTensor>>> {
     let descriptor = owner.descriptor();
     check_legacy(descriptor.element(), descriptor.read_only())?;
-    let Some(raw) = claim::<DLManagedTensor, O>(owner) else {
+    // SAFETY: forwarded from this function's contract.
+    let Some(raw) = (unsafe { claim::<DLManagedTensor, O>(owner) }) else {
         return Ok(None);
     };
     // SAFETY: a complete legacy header (it has no version to check); its deleter frees the
@@ -215,21 +238,27 @@ pub fn export_legacy_in_slot<O: SlotOwner>(
 }
 
 /// Claims `owner`'s slot and writes a header restating its descriptor there (version and flags
-/// left at their defaults), holding a new reference to `owner` in `manager_ctx`; `None` when the
-/// slot is taken.
-fn claim<M: ManagedTensorBase, O: SlotOwner>(owner: &Arc<O>) -> Option<*mut M> {
+/// left at their defaults), holding a new reference to `owner` (its address in
+/// `manager_ctx`); `None` when the slot is taken.
+///
+/// # Safety
+/// As [`export_versioned_in_slot`]: no other claim of this slot runs meanwhile.
+unsafe fn claim<M: ManagedTensorBase, O: SlotOwner>(owner: &O) -> Option<*mut M> {
     const {
         assert!(size_of::<M>() <= size_of::<DLManagedTensorVersioned>());
         assert!(align_of::<M>() <= align_of::<DLManagedTensorVersioned>());
     };
     let slot = owner.slot();
     // Acquire: the previous export's deleter (Release) is done with the header.
-    if slot.taken.swap(true, Ordering::Acquire) {
+    if slot.taken.load(Ordering::Acquire) {
         return None;
     }
+    // No other claim runs (contract) and no deleter holds a free slot: nothing races.
+    slot.taken.store(true, Ordering::Relaxed);
+    owner.retain();
     let tensor = dl_tensor_of(owner.descriptor());
-    // Never null (an `Arc`'s pointer), as some consumers need (see `allocate`).
-    let context = Arc::into_raw(Arc::clone(owner))
+    // Never null, as some consumers need (see `allocate`).
+    let context = std::ptr::from_ref(owner)
         .cast_mut()
         .cast::<std::ffi::c_void>();
     let raw = slot.header.get().cast::<M>();
@@ -245,13 +274,16 @@ unsafe extern "C" fn delete_in_slot<M: ManagedTensorBase, O: SlotOwner>(header: 
         return;
     }
     // SAFETY: a non-null header handed to this deleter is one `claim` wrote, whose
-    // `manager_ctx` is the reference it took with `Arc::into_raw`; DLPack calls the deleter
-    // once.
-    let owner = unsafe { Arc::from_raw((*header).manager_ctx().cast::<O>()) };
+    // `manager_ctx` is the owner it took a reference to; DLPack calls the deleter once.
+    let owner = unsafe { (*header).manager_ctx() }.cast::<O>().cast_const();
+    // SAFETY: the reference keeps the owner alive until released below.
+    let slot = unsafe { (*owner).slot() };
     // Release: nothing reads the header after this (the next export may overwrite it).
-    owner.slot().taken.store(false, Ordering::Release);
+    slot.taken.store(false, Ordering::Release);
     // An owner's drop must not unwind into C; the owner is then leaked.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(owner)));
+    // SAFETY: the reference `claim` took, given back once.
+    let release = std::panic::AssertUnwindSafe(|| unsafe { O::release(owner) });
+    let _ = std::panic::catch_unwind(release);
 }
 
 #[cfg(test)]
@@ -263,7 +295,7 @@ mod tests {
     use crate::imported::{ImportedTensor, ManagedTensor};
     use crate::layout::IndexOrder;
     use crate::test_support::CountingOwner;
-    use dlpark::DlpackFlags;
+    use std::sync::Arc;
 
     /// A Julia-like array's descriptor, boxed, with a counter of drops.
     struct Owner {
@@ -396,7 +428,8 @@ mod tests {
         _count: CountingOwner,
     }
 
-    // SAFETY: the descriptor and the slot live inside the `Arc` and never change.
+    // SAFETY: every `Shared` lives in an `Arc` (made only by `shared`), whose count is the
+    // owner's; the descriptor and the slot live inside it and never change.
     unsafe impl SlotOwner for Shared {
         fn descriptor(&self) -> &TensorDescriptor {
             &self.descriptor
@@ -404,6 +437,29 @@ mod tests {
         fn slot(&self) -> &HeaderSlot {
             &self.slot
         }
+        fn retain(&self) {
+            // SAFETY: `self` is inside a live `Arc` (see the impl).
+            unsafe { Arc::increment_strong_count(self) };
+        }
+        unsafe fn release(owner: *const Self) {
+            // SAFETY: a reference `retain` took (contract), inside its `Arc`.
+            unsafe { Arc::decrement_strong_count(owner) };
+        }
+    }
+
+    /// [`export_versioned_in_slot`] from this (the only) thread.
+    fn versioned_in_slot(
+        owner: &Arc<Shared>,
+        minor: u32,
+    ) -> Result<Option<Managed<DLManagedTensorVersioned>>> {
+        // SAFETY: the tests export each owner from one thread.
+        unsafe { export_versioned_in_slot(&**owner, minor) }
+    }
+
+    /// [`export_legacy_in_slot`] from this (the only) thread.
+    fn legacy_in_slot(owner: &Arc<Shared>) -> Result<Option<Managed<DLManagedTensor>>> {
+        // SAFETY: as above.
+        unsafe { export_legacy_in_slot(&**owner) }
     }
 
     fn shared(
@@ -424,7 +480,7 @@ mod tests {
     #[test]
     fn a_slot_export_holds_its_owner_until_released_and_is_the_slot() {
         let (owner, releases) = shared(ElementType::Float32, true, true);
-        let managed = export_versioned_in_slot(&owner, 1).unwrap().unwrap();
+        let managed = versioned_in_slot(&owner, 1).unwrap().unwrap();
         assert_eq!(Arc::strong_count(&owner), 2, "the export holds a reference");
         let header = managed.as_ptr();
         assert_eq!(
@@ -448,7 +504,7 @@ mod tests {
         assert_eq!(imported.descriptor().first_element(), 4096);
 
         // A second export while the first lives: the slot is taken.
-        assert!(export_versioned_in_slot(&owner, 3).unwrap().is_none());
+        assert!(versioned_in_slot(&owner, 3).unwrap().is_none());
         assert_eq!(Arc::strong_count(&owner), 2, "a refusal holds nothing");
         drop(imported);
         assert_eq!(
@@ -458,7 +514,7 @@ mod tests {
         );
 
         // Free again: the next export takes the slot, and outlives the owner's last handle.
-        let again = export_versioned_in_slot(&owner, 3).unwrap().unwrap();
+        let again = versioned_in_slot(&owner, 3).unwrap().unwrap();
         assert_eq!(again.version(), DLPackVersion { major: 1, minor: 3 });
         drop(owner);
         assert_eq!(CountingOwner::releases(&releases), 0);
@@ -473,8 +529,8 @@ mod tests {
     #[test]
     fn a_legacy_slot_export_reads_as_its_descriptor() {
         let (owner, releases) = shared(ElementType::Int16, false, false);
-        let managed = export_legacy_in_slot(&owner).unwrap().unwrap();
-        assert!(export_legacy_in_slot(&owner).unwrap().is_none(), "taken");
+        let managed = legacy_in_slot(&owner).unwrap().unwrap();
+        assert!(legacy_in_slot(&owner).unwrap().is_none(), "taken");
         let imported = ImportedTensor::new(ManagedTensor::Legacy(managed)).unwrap();
         assert_eq!(imported.descriptor().shape(), [3, 4]);
         assert_eq!(imported.descriptor().strides(), [1, 3]);
@@ -487,18 +543,18 @@ mod tests {
     fn slot_refusals_claim_nothing() {
         let (owner, _) = shared(ElementType::Float32, true, false);
         assert!(matches!(
-            export_legacy_in_slot(&owner),
+            legacy_in_slot(&owner),
             Err(Error::LegacyCannotCarry { .. })
         ));
         let (fp8, _) = shared(ElementType::RawBytes { code: 10, bits: 8 }, false, false);
         assert!(matches!(
-            export_versioned_in_slot(&fp8, 0),
+            versioned_in_slot(&fp8, 0),
             Err(Error::VersionTooOld { .. })
         ));
         for owner in [owner, fp8] {
             assert_eq!(Arc::strong_count(&owner), 1);
             assert!(
-                export_versioned_in_slot(&owner, 3).unwrap().is_some(),
+                versioned_in_slot(&owner, 3).unwrap().is_some(),
                 "the slot is still free"
             );
         }

@@ -13,7 +13,7 @@
 //!
 //! The method is an entry of the exporter type's method table ([`DEFINITION`]).
 
-use super::exporter::Exporter;
+use super::exporter::ExporterObject;
 use crate::error::BridgeError;
 use crate::protocol::request::{
     ExportRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
@@ -93,7 +93,7 @@ unsafe fn call<'py>(
         )));
     }
     // SAFETY: an exporter object, live for the call (contract).
-    let exporter = unsafe { Exporter::of_receiver(slf) };
+    let exporter = unsafe { ExporterObject::of_receiver(slf) };
     // Borrowed, not owned: the caller keeps every argument alive for the call.
     let mut values: [Option<Borrowed<'_, 'py, PyAny>>; KEYWORDS.len()] = Default::default();
     if !kwnames.is_null() {

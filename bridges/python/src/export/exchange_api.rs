@@ -24,7 +24,7 @@
 //! Every function catches panics: none crosses the C boundary.
 
 use super::allocator::managed_tensor_allocator;
-use super::exporter::Exporter;
+use super::exporter::{Exporter, ExporterObject};
 use crate::error::{BridgeError, BridgeResult, refuse_null};
 use crate::import::exchange_api::CAPSULE_NAME;
 use crate::python::names;
@@ -92,8 +92,8 @@ fn python_side(body: impl FnOnce(Python<'_>) -> BridgeResult<()>) -> c_int {
 fn exporter<'a>(
     object: &'a Bound<'_, PyAny>,
     function: &'static str,
-) -> BridgeResult<&'a Exporter> {
-    Exporter::of_object(object).ok_or_else(|| BridgeError::NotOurExporter {
+) -> BridgeResult<&'a ExporterObject> {
+    ExporterObject::of_object(object).ok_or_else(|| BridgeError::NotOurExporter {
         function,
         type_name: names::of_object(object),
     })

@@ -6,15 +6,19 @@
 //! consumes are freed by their destructor (see [`crate::protocol::capsule`]). What each call
 //! hands out is the core's decision ([`rsdlpack::export::plan`]); this module carries it out.
 //!
-//! One share or export allocates the Python object and one source: the descriptor, what keeps
-//! the memory alive and room for a capsule's header, in one `Arc` allocation built where it
-//! lies ([`Source`]). A capsule of the source's own memory takes that room while it is free
-//! ([`rsdlpack::described::HeaderSlot`]), so that an exporter consumed once allocates nothing
-//! more; a second capsule alive at the same time gets an allocation of its own.
+//! A share or an export allocates once ([`ExporterObject`]): the Python object's header, a
+//! count of its holders, the descriptor, what keeps the memory alive and room for a capsule's
+//! header, built where they lie (a descriptor is ~560 bytes). A capsule of the source's own
+//! memory takes that room while it is free ([`rsdlpack::described::HeaderSlot`]), so that an
+//! exporter consumed once allocates nothing more; a second capsule alive at the same time gets
+//! an allocation of its own. The Python object is one holder, each capsule another: the
+//! allocation outlives the object while a consumer still holds a capsule's tensor, and whoever
+//! lets go last (the object's `tp_dealloc` under the GIL, or a capsule's deleter on any thread)
+//! drops the source and frees it. So the allocation is this crate's, never Python's.
 //!
-//! The object's layout is defined here ([`ExporterObject`]); its type and Python face
-//! (`__dlpack__`, `__dlpack_c_exchange_api__`, …) are in [`super::methods`], above the modules
-//! that implement them, which use the exporter defined here.
+//! The object's type and Python face (`__dlpack__`, `__dlpack_c_exchange_api__`, …) are in
+//! [`super::methods`], above the modules that implement them, which use the exporter defined
+//! here.
 
 use super::roots::JuliaRoot;
 use crate::error::BridgeResult;
@@ -35,13 +39,20 @@ use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
 use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-/// The tensor behind an exporter, what keeps its memory alive, and room for one capsule's
-/// header: one allocation (the exporter's `Arc`), shared by the exporter and its capsules, and
-/// built where it lies (a descriptor is ~560 bytes).
-struct Source {
+/// An exporter's one allocation: its Python object (`rsdlpack.DLPackTensor`, whose layout
+/// this is), the count of its holders, and the source.
+#[repr(C)]
+pub(crate) struct ExporterObject {
+    /// Python's object header, written when the exporter becomes an object
+    /// ([`Exporter::into_object_of`]); Python's alone from then on, under the GIL.
+    header: MaybeUninit<ffi::PyObject>,
+    /// The Python object (or, before, the [`Exporter`] that will become it) and each capsule
+    /// of the source's own memory.
+    holders: AtomicUsize,
     slot: HeaderSlot,
     descriptor: TensorDescriptor,
     /// Held for its drop.
@@ -53,6 +64,11 @@ struct Source {
     ready: Option<ReadyEvent>,
 }
 
+// SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
+// slot is `Sync` by itself; the descriptor never changes once built; the keeper and the event
+// are `Send` and used only by their drop, which runs once, by the last holder.
+unsafe impl Sync for ExporterObject {}
+
 /// What keeps a source's memory alive until the exporter and every capsule are gone.
 enum Keeper {
     /// A tensor from another producer (or a copy): its deleter runs when the source drops.
@@ -61,49 +77,54 @@ enum Keeper {
     JuliaArray(#[allow(dead_code)] JuliaRoot),
 }
 
-/// A source being built in its `Arc`: its descriptor written first (where it will stay), the
-/// rest by [`Self::finish`]. Dropped unfinished, it frees the allocation and drops nothing.
-///
-/// Written through the `Arc`'s pointer, which nothing else holds: `Arc::get_mut` would prove
-/// that with an atomic compare-and-swap on each call, a visible part of a share.
-struct Building {
-    /// Invariant: the descriptor is initialised, the other fields are not; never cloned.
-    uninit: Arc<std::mem::MaybeUninit<Source>>,
+/// The exporter type once built (null before): objects of this type, and only those (it allows
+/// no subclasses), are [`ExporterObject`]s.
+pub(super) static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// A tensor offered to Python consumers through the DLPack protocol, not handed to Python yet:
+/// it holds its allocation until it becomes a `rsdlpack.DLPackTensor` (`into_pyobject`, see
+/// [`super::methods`]), or is dropped.
+pub struct Exporter(NonNull<ExporterObject>);
+
+// SAFETY: an exporter holds its allocation alone until it becomes a Python object, and the
+// source inside is `Send` (see `ExporterObject`'s `Sync`).
+unsafe impl Send for Exporter {}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        // SAFETY: the exporter's hold, given back once.
+        unsafe { ExporterObject::release(self.0.as_ptr()) };
+    }
 }
+
+/// An exporter's allocation being built: the descriptor written first (where it will stay), the
+/// rest by [`Self::finish`]. Dropped unfinished, it frees the allocation and drops nothing.
+struct Building(NonNull<ExporterObject>);
 
 impl Building {
     #[inline]
     fn new() -> Self {
-        let building = Self {
-            uninit: Arc::new_uninit(),
-        };
+        let place = Box::into_raw(Box::<ExporterObject>::new_uninit()).cast::<ExporterObject>();
         // SAFETY: the fresh allocation is ours alone; the descriptor is written in place.
-        unsafe { (&raw mut (*building.place()).descriptor).write(TensorDescriptor::empty()) };
-        building
-    }
-
-    /// The source's place: `Arc::as_ptr` derives it from the allocation itself, not from a
-    /// shared reference, and the `Arc` is the only one (never cloned), so writes through it
-    /// race with nothing.
-    #[inline]
-    fn place(&self) -> *mut Source {
-        Arc::as_ptr(&self.uninit).cast_mut().cast()
+        unsafe { (&raw mut (*place).descriptor).write(TensorDescriptor::empty()) };
+        Self(NonNull::new(place).expect("a Box is never null"))
     }
 
     /// The descriptor, to describe the source where it lies.
     #[inline]
     fn descriptor(&mut self) -> &mut TensorDescriptor {
-        // SAFETY: the descriptor is initialised (the invariant), and borrowed mutably through
-        // `self`, which alone reaches the allocation (see `place`).
-        unsafe { &mut (*self.place()).descriptor }
+        // SAFETY: the descriptor is initialised, and borrowed mutably through `self`, which
+        // alone reaches the allocation.
+        unsafe { &mut (*self.0.as_ptr()).descriptor }
     }
 
-    /// The source, kept alive by `memory`. `stream`: the `CUstream` device memory was written
-    /// on (`None`: the legacy default); on error `memory` is dropped before returning.
+    /// The exporter, its memory kept alive by `memory`. `stream`: the `CUstream` device memory
+    /// was written on (`None`: the legacy default); on error `memory` is dropped before
+    /// returning.
     #[inline]
-    fn finish(self, memory: Keeper, stream: Option<usize>) -> BridgeResult<Arc<Source>> {
-        let place = self.place();
-        // SAFETY: the descriptor is initialised (the invariant).
+    fn finish(self, memory: Keeper, stream: Option<usize>) -> BridgeResult<Exporter> {
+        let place = self.0.as_ptr();
+        // SAFETY: the descriptor is initialised.
         let device = unsafe { (*place).descriptor.device() };
         let mut ready = None;
         if ordered_by_streams(device.kind) {
@@ -116,175 +137,46 @@ impl Building {
                 Err(error) => return Err(error.into()),
             }
         }
-        // SAFETY: the remaining fields are written in place (see `place`); with the descriptor
-        // (the invariant) every field is then initialised.
+        // SAFETY: the remaining fields but the header (written when the exporter becomes an
+        // object) are written in place; the allocation passes to the exporter, its one holder.
         unsafe {
+            (&raw mut (*place).holders).write(AtomicUsize::new(1));
             (&raw mut (*place).slot).write(HeaderSlot::new());
             (&raw mut (*place)._memory).write(memory);
             (&raw mut (*place).ready).write(ready);
-            Ok(self.uninit.assume_init())
         }
+        let exporter = Exporter(self.0);
+        std::mem::forget(self);
+        Ok(exporter)
     }
 }
 
-// SAFETY: the descriptor and the slot are fields of the source, which lives in its `Arc`'s
-// allocation and never changes once built.
-unsafe impl SlotOwner for Source {
-    fn descriptor(&self) -> &TensorDescriptor {
-        &self.descriptor
-    }
-    fn slot(&self) -> &HeaderSlot {
-        &self.slot
-    }
-}
-
-/// What a capsule's managed tensor owns when the source's slot cannot serve it, with the
-/// descriptor it restates: the header reads that descriptor in place (see
-/// [`rsdlpack::described`]). Memory owners are held for their drop.
-enum CapsuleOwner {
-    /// The source itself, restated as it is (its slot taken by another capsule).
-    Shared(Arc<Source>),
-    /// The source, restated otherwise (IS_COPIED cleared).
-    Restated(#[allow(dead_code)] Arc<Source>, Box<TensorDescriptor>),
-    /// A private host copy of the source.
-    Copy(#[allow(dead_code)] AlignedBuffer, Box<TensorDescriptor>),
-    /// A private host copy of device memory, its descriptor inside.
-    HostCopy(Box<rsdlpack::cuda::to_host::HostCopy>),
-}
-
-// SAFETY: every descriptor answered lives inside an `Arc` or a `Box` the owner holds (the
-// source's own in its `Arc`), and nothing changes a descriptor once built: it stays put and
-// unchanged however the owner moves.
-unsafe impl DescribingOwner for CapsuleOwner {
-    fn descriptor(&self) -> &TensorDescriptor {
-        match self {
-            Self::Shared(source) => &source.descriptor,
-            Self::Restated(_, descriptor) | Self::Copy(_, descriptor) => descriptor,
-            Self::HostCopy(host) => &host.descriptor,
-        }
-    }
-}
-
-/// What one export hands out the memory of: the source's own, or a private copy.
-enum Carried {
-    Source,
-    Copy(CapsuleOwner),
-}
-
-/// A tensor offered to Python consumers through the DLPack protocol; in Python, an object of
-/// type `rsdlpack.DLPackTensor` ([`ExporterObject`]).
-pub struct Exporter {
-    source: Arc<Source>,
-}
-
-/// An exporter's Python object: Python's object header, then the exporter. Its type is made by
-/// [`super::methods`], which publishes it in [`TYPE`]: made by hand rather than by pyo3, whose
-/// classes are made through the base type's `tp_new` and dropped through bookkeeping that
-/// every share would pay for (BENCHMARKS.md, "Issue 29: share and export").
-#[repr(C)]
-pub(crate) struct ExporterObject {
-    header: ffi::PyObject,
-    exporter: Exporter,
-}
-
-/// The exporter type once built (null before): objects of this type, and only those (it allows
-/// no subclasses), are [`ExporterObject`]s.
-pub(super) static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
-
-impl ExporterObject {
-    pub(super) const SIZE: usize = size_of::<Self>();
-
-    /// Drops the exporter inside `object` (its type's `tp_dealloc`, which frees the object).
-    ///
-    /// # Safety
-    /// `object` is an exporter object whose reference count reached zero; it is not used
-    /// again but to be freed.
-    pub(super) unsafe fn drop_exporter(object: *mut ffi::PyObject) {
-        // SAFETY: an exporter object (contract) holds an initialised exporter, dropped once.
-        unsafe { std::ptr::drop_in_place(&raw mut (*object.cast::<Self>()).exporter) };
+impl Drop for Building {
+    fn drop(&mut self) {
+        // SAFETY: unfinished: nothing but the descriptor (plain data) was written, and the
+        // allocation is `Box`'s, freed once here.
+        drop(unsafe { Box::from_raw(self.0.as_ptr().cast::<MaybeUninit<ExporterObject>>()) });
     }
 }
 
 impl Exporter {
-    /// `object`'s exporter, when it is an exporter object.
-    pub(crate) fn of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a Self> {
-        let ty = TYPE.load(Ordering::Acquire);
-        // SAFETY: a live object's header.
-        let ours = !ty.is_null() && unsafe { ffi::Py_TYPE(object.as_ptr()) } == ty;
-        // SAFETY: an object of the exporter type (just checked), alive as long as `object`.
-        ours.then(|| unsafe { Self::of_receiver(object.as_ptr()) })
-    }
-
-    /// The exporter inside `object`.
-    ///
-    /// # Safety
-    /// `object` is a live exporter object (a method's receiver, which its method descriptor
-    /// checked), alive for `'a`.
-    pub(crate) unsafe fn of_receiver<'a>(object: *mut ffi::PyObject) -> &'a Self {
-        // SAFETY: an exporter object (contract) holds an initialised exporter.
-        unsafe { &(*object.cast::<ExporterObject>()).exporter }
-    }
-
-    /// A new exporter object over `self`, of the exporter type `ty`.
-    ///
-    /// # Safety
-    /// `ty` is the exporter type ([`TYPE`]'s).
-    pub(super) unsafe fn into_object_of<'py>(
-        self,
-        py: Python<'py>,
-        ty: *mut ffi::PyTypeObject,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        // SAFETY: `ty` is a live heap type (contract); its `tp_alloc` is this generic one (a
-        // type without garbage-collector support), which zeroes the object, sets its type
-        // and reference count and takes a reference to the type.
-        let raw = unsafe { ffi::PyType_GenericAlloc(ty, 0) };
-        if raw.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        // SAFETY: a fresh object of `ty`'s size, `ExporterObject::SIZE`: the exporter is
-        // written where its layout puts it, and the new reference passes to the `Bound`.
-        unsafe {
-            (&raw mut (*raw.cast::<ExporterObject>()).exporter).write(self);
-            Ok(Bound::from_owned_ptr(py, raw))
-        }
-    }
-
-    /// A new exporter object over `self`, of the exporter type as built (for the C exchange
-    /// API's `managed_tensor_to_py_object_no_sync`, which is reached through that type).
-    pub(crate) fn into_object_of_built_type<'py>(
-        self,
-        py: Python<'py>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let ty = TYPE.load(Ordering::Acquire);
-        if ty.is_null() {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(
-                "rsdlpack.DLPackTensor has not been made yet",
-            ));
-        }
-        // SAFETY: the exporter type, published once built.
-        unsafe { self.into_object_of(py, ty) }
-    }
     /// A producer's tensor, validated where the exporter keeps it; on error it is released
-    /// before returning. `stream`: for device tensors, the producer's stream (see [`Source`]).
+    /// before returning. `stream`: for device tensors, the producer's stream (see
+    /// [`ExporterObject`]'s `ready`).
     pub fn of_tensor(tensor: ManagedTensor, stream: Option<usize>) -> BridgeResult<Self> {
         let mut building = Building::new();
         if let Err(error) = tensor.describe_into(building.descriptor()) {
             drop(tensor);
             return Err(error.into());
         }
-        Ok(Self {
-            source: building.finish(Keeper::Tensor(tensor), stream)?,
-        })
+        building.finish(Keeper::Tensor(tensor), stream)
     }
 
     /// A tensor imported already (its descriptor validated then).
     pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> BridgeResult<Self> {
         let mut building = Building::new();
         *building.descriptor() = *tensor.descriptor();
-        let memory = Keeper::Tensor(tensor.into_managed());
-        Ok(Self {
-            source: building.finish(memory, stream)?,
-        })
+        building.finish(Keeper::Tensor(tensor.into_managed()), stream)
     }
 
     /// A Julia array kept alive by `root` (released on error too), which `describe` writes
@@ -301,9 +193,159 @@ impl Exporter {
             drop(root);
             return Err(error);
         }
-        Ok(Self {
-            source: building.finish(Keeper::JuliaArray(root), stream)?,
-        })
+        building.finish(Keeper::JuliaArray(root), stream)
+    }
+
+    /// The exporter as a new object of the exporter type `ty`, which takes over its hold.
+    ///
+    /// # Safety
+    /// `ty` is the exporter type ([`TYPE`]'s).
+    pub(super) unsafe fn into_object_of<'py>(
+        self,
+        py: Python<'py>,
+        ty: *mut ffi::PyTypeObject,
+    ) -> Bound<'py, PyAny> {
+        let object = self.0.as_ptr().cast::<ffi::PyObject>();
+        std::mem::forget(self);
+        // SAFETY: the header lies at the allocation's start (`repr(C)`), sized and aligned for
+        // a `PyObject`; `PyObject_Init` sets its type and reference count, and takes the
+        // reference every object of a heap type holds to it; the new reference passes to the
+        // `Bound`, and with it the exporter's hold.
+        unsafe {
+            ffi::PyObject_Init(object, ty);
+            Bound::from_owned_ptr(py, object)
+        }
+    }
+
+    /// The exporter as a new object of the exporter type as built (for the C exchange API's
+    /// `managed_tensor_to_py_object_no_sync`, which is reached through that type).
+    pub(crate) fn into_object_of_built_type<'py>(
+        self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ty = TYPE.load(Ordering::Acquire);
+        if ty.is_null() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "rsdlpack.DLPackTensor has not been made yet",
+            ));
+        }
+        // SAFETY: the exporter type, published once built.
+        Ok(unsafe { self.into_object_of(py, ty) })
+    }
+}
+
+/// A hold on an exporter's allocation, for a capsule the slot cannot serve; given back on drop.
+struct Held(NonNull<ExporterObject>);
+
+// SAFETY: the allocation is `Sync` and counts its holders atomically.
+unsafe impl Send for Held {}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: this hold, given back once.
+        unsafe { ExporterObject::release(self.0.as_ptr()) };
+    }
+}
+
+// SAFETY: the descriptor and the slot are fields of the allocation, which never moves and
+// lives while any holder does; `retain` and `release` count holders (see `ExporterObject`).
+unsafe impl SlotOwner for ExporterObject {
+    fn descriptor(&self) -> &TensorDescriptor {
+        &self.descriptor
+    }
+    fn slot(&self) -> &HeaderSlot {
+        &self.slot
+    }
+    fn retain(&self) {
+        // As `Arc::clone`: a new holder comes from an existing one, so no ordering is needed.
+        self.holders.fetch_add(1, Ordering::Relaxed);
+    }
+    unsafe fn release(owner: *const Self) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { Self::release(owner) }
+    }
+}
+
+/// What a capsule's managed tensor owns when the source's slot cannot serve it, with the
+/// descriptor it restates: the header reads that descriptor in place (see
+/// [`rsdlpack::described`]). Memory owners are held for their drop.
+enum CapsuleOwner {
+    /// The source itself, restated as it is (its slot taken by another capsule).
+    Shared(Held),
+    /// The source, restated otherwise (IS_COPIED cleared).
+    Restated(#[allow(dead_code)] Held, Box<TensorDescriptor>),
+    /// A private host copy of the source.
+    Copy(#[allow(dead_code)] AlignedBuffer, Box<TensorDescriptor>),
+    /// A private host copy of device memory, its descriptor inside.
+    HostCopy(Box<rsdlpack::cuda::to_host::HostCopy>),
+}
+
+// SAFETY: every descriptor answered lives in the exporter's allocation (which a hold keeps) or
+// in a `Box` the owner holds, and nothing changes a descriptor once built: it stays put and
+// unchanged however the owner moves.
+unsafe impl DescribingOwner for CapsuleOwner {
+    fn descriptor(&self) -> &TensorDescriptor {
+        match self {
+            // SAFETY: the hold keeps the allocation alive.
+            Self::Shared(held) => unsafe { &(*held.0.as_ptr()).descriptor },
+            Self::Restated(_, descriptor) | Self::Copy(_, descriptor) => descriptor,
+            Self::HostCopy(host) => &host.descriptor,
+        }
+    }
+}
+
+/// What one export hands out the memory of: the source's own, or a private copy.
+enum Carried {
+    Source,
+    Copy(CapsuleOwner),
+}
+
+impl ExporterObject {
+    /// The type's `tp_basicsize`.
+    pub(super) const SIZE: usize = size_of::<Self>();
+
+    /// `object`'s exporter, when it is an exporter object.
+    pub(crate) fn of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a Self> {
+        let ty = TYPE.load(Ordering::Acquire);
+        // SAFETY: a live object's header.
+        let ours = !ty.is_null() && unsafe { ffi::Py_TYPE(object.as_ptr()) } == ty;
+        // SAFETY: an object of the exporter type (just checked), alive as long as `object`.
+        ours.then(|| unsafe { Self::of_receiver(object.as_ptr()) })
+    }
+
+    /// The exporter that `object` is.
+    ///
+    /// # Safety
+    /// `object` is a live exporter object (a method's receiver, which its method descriptor
+    /// checked), alive for `'a`.
+    pub(crate) unsafe fn of_receiver<'a>(object: *mut ffi::PyObject) -> &'a Self {
+        // SAFETY: an exporter object is its allocation's start (contract).
+        unsafe { &*object.cast::<Self>() }
+    }
+
+    /// Gives back one hold on the allocation at `object`; the last drops the source and frees
+    /// the allocation. Any thread: a capsule's deleter runs where its consumer frees it.
+    ///
+    /// # Safety
+    /// The caller holds `object` (built, see [`Building::finish`]) and does not use the hold
+    /// again.
+    pub(super) unsafe fn release(object: *const Self) {
+        // Release: this holder's uses happen before the last holder's drop (as `Arc`'s).
+        // SAFETY: held until this decrement.
+        if unsafe { (*object).holders.fetch_sub(1, Ordering::Release) } != 1 {
+            return;
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        let object = object.cast_mut();
+        // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
+        // are dropped once (the keeper, then the event); the slot and the descriptor have
+        // none, and the header is Python's memory no longer (its object was deallocated, or
+        // never made). The allocation is `Box`'s (`Building::new`).
+        unsafe {
+            std::ptr::drop_in_place(&raw mut (*object)._memory);
+            std::ptr::drop_in_place(&raw mut (*object).ready);
+            drop(Box::from_raw(object.cast::<MaybeUninit<Self>>()));
+        }
     }
 
     /// What `__dlpack__` answers for `request` (see [`super::dlpack_method`]).
@@ -323,7 +365,7 @@ impl Exporter {
 
     /// The validated tensor behind this exporter.
     pub(crate) fn descriptor(&self) -> &rsdlpack::TensorDescriptor {
-        &self.source.descriptor
+        &self.descriptor
     }
 
     /// What [`plan_export`] needs to know about the source.
@@ -354,14 +396,16 @@ impl Exporter {
     }
 
     /// A versioned tensor over `memory`, declaring 1.`minor`: the source's memory in its slot
-    /// while that is free.
+    /// while that is free. Called with the GIL held (every caller is a Python method or a
+    /// function of the C exchange API), which serialises the slot's claims.
     fn versioned(
         &self,
         memory: Memory,
         minor: u32,
     ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
         let owner = match self.carry_out(memory)? {
-            Carried::Source => match export_versioned_in_slot(&self.source, minor)? {
+            // SAFETY: the GIL serialises the exports of an exporter (see above).
+            Carried::Source => match unsafe { export_versioned_in_slot(self, minor) }? {
                 Some(tensor) => return Ok(tensor),
                 None => self.shared(),
             },
@@ -373,7 +417,8 @@ impl Exporter {
     /// [`Self::versioned`] in the legacy ABI.
     fn legacy(&self, memory: Memory) -> BridgeResult<Managed<DLManagedTensor>> {
         let owner = match self.carry_out(memory)? {
-            Carried::Source => match export_legacy_in_slot(&self.source)? {
+            // SAFETY: as in `versioned`.
+            Carried::Source => match unsafe { export_legacy_in_slot(self) }? {
                 Some(tensor) => return Ok(tensor),
                 None => self.shared(),
             },
@@ -394,7 +439,7 @@ impl Exporter {
     /// Makes `consumer` (1, 2 or a live `CUstream` of the source's device) wait for the
     /// producer's writes.
     fn order_before(&self, consumer: usize) -> BridgeResult<()> {
-        match &self.source.ready {
+        match &self.ready {
             // SAFETY: `consumer` is the stream the DLPack consumer will use, which the protocol
             // requires to be live on this device (or the legacy default stream).
             Some(ready) => Ok(unsafe { ready.order_before(consumer) }?),
@@ -425,12 +470,12 @@ impl Exporter {
                 Ok(Carried::Copy(CapsuleOwner::Copy(buffer, spec)))
             }
             Memory::DeviceToHost => {
-                if self.source.ready.is_none() {
+                if self.ready.is_none() {
                     rsdlpack::cuda::driver()?;
                 }
                 // SAFETY: the source's device memory is alive (we own it).
                 let host = unsafe {
-                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.source.ready.as_ref())
+                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.ready.as_ref())
                 }?;
                 Ok(Carried::Copy(CapsuleOwner::HostCopy(Box::new(host))))
             }
@@ -441,13 +486,14 @@ impl Exporter {
     /// share the memory, so none may claim IS_COPIED (a private copy), whatever the source
     /// said.
     fn shared(&self) -> CapsuleOwner {
-        let source = Arc::clone(&self.source);
+        self.retain();
+        let held = Held(NonNull::from(self));
         // The source's own unless the flag must change.
         if self.descriptor().is_copied() {
             let restated = Box::new(self.descriptor().with_is_copied(false));
-            CapsuleOwner::Restated(source, restated)
+            CapsuleOwner::Restated(held, restated)
         } else {
-            CapsuleOwner::Shared(source)
+            CapsuleOwner::Shared(held)
         }
     }
 }

@@ -2,12 +2,14 @@
 //! the type itself, made once per process from a spec ([`exporter_type`]).
 //!
 //! Made by hand rather than as a pyo3 class: pyo3 makes each object through the base type's
-//! `tp_new` (with an empty argument tuple, a slot lookup and an argument check) and drops it
-//! through a trampoline that counts the thread as attached and looks the free function up
-//! again, which every share paid for. Here an object is the generic allocation of a type that
-//! Python cannot instantiate itself, holding an [`Exporter`] ([`ExporterObject`]), and its
-//! `tp_dealloc` drops that exporter and frees the object. The type allows no subclasses, so an
-//! exporter object is told by its type alone ([`Exporter::of_object`]).
+//! `tp_new` (with an empty argument tuple, a slot lookup and an argument check) in an
+//! allocation of Python's, and drops it through a trampoline that counts the thread as
+//! attached and looks the free function up again, which every share paid for. Here an object
+//! is the start of the exporter's own allocation ([`ExporterObject`]), which Python cannot make
+//! (the type cannot be instantiated from Python) and does not free: its `tp_dealloc` gives back
+//! the object's hold on the allocation, which outlives the object while a capsule's consumer
+//! holds the source. The type allows no subclasses, so an exporter object is told by its type
+//! alone ([`ExporterObject::of_object`]).
 //!
 //! Kept apart from [`super::exporter`] so that the modules implementing the methods
 //! ([`super::dlpack_method`], [`super::exchange_api`]) use the exporter without it using them
@@ -32,7 +34,7 @@ impl<'py> IntoPyObject<'py> for Exporter {
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let ty = exporter_type(py)?;
         // SAFETY: the exporter type.
-        unsafe { self.into_object_of(py, ty) }
+        Ok(unsafe { self.into_object_of(py, ty) })
     }
 }
 
@@ -126,21 +128,19 @@ fn make_type(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
     }
 }
 
-/// `tp_dealloc`: drops the exporter, frees the object and releases its type.
+/// `tp_dealloc`: gives back the object's hold on its allocation (the last holder drops the
+/// source and frees it), and releases the object's type.
 unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
     // SAFETY: Python calls `tp_dealloc` with the GIL held, on an object of the exporter type
     // whose reference count reached zero.
     let ty = unsafe { ffi::Py_TYPE(object) };
-    // A drop must not unwind into Python; the exporter is then leaked.
-    // SAFETY: as above; the exporter is dropped once, here.
-    let _ = std::panic::catch_unwind(|| unsafe { ExporterObject::drop_exporter(object) });
-    // SAFETY: the type's `tp_free` for an object of `tp_alloc`'s generic allocation (a type
-    // without garbage-collector support); then the reference every instance of a heap type
-    // holds on its type.
-    unsafe {
-        ffi::PyObject_Free(object.cast());
-        ffi::Py_DECREF(ty.cast());
-    }
+    // A drop must not unwind into Python; the allocation is then leaked.
+    // SAFETY: as above: the object's hold, given back once; the object is not used again.
+    let release =
+        std::panic::AssertUnwindSafe(|| unsafe { ExporterObject::release(object.cast()) });
+    let _ = std::panic::catch_unwind(release);
+    // SAFETY: the reference every object of a heap type holds on its type.
+    unsafe { ffi::Py_DECREF(ty.cast()) };
 }
 
 /// Runs a method's `body` on the exporter `slf`; an error or a panic becomes a Python
@@ -151,13 +151,13 @@ unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
 /// the receiver's type).
 unsafe fn method(
     slf: *mut ffi::PyObject,
-    body: impl for<'py> FnOnce(Python<'py>, &Exporter) -> PyResult<Bound<'py, PyAny>>,
+    body: impl for<'py> FnOnce(Python<'py>, &ExporterObject) -> PyResult<Bound<'py, PyAny>>,
 ) -> *mut ffi::PyObject {
     // SAFETY: Python calls methods with the GIL held.
     let py = unsafe { Python::assume_attached() };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: a live exporter object for the call (contract).
-        body(py, unsafe { Exporter::of_receiver(slf) })
+        body(py, unsafe { ExporterObject::of_receiver(slf) })
     }));
     let error = match outcome {
         Ok(Ok(object)) => return object.into_ptr(),
