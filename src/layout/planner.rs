@@ -299,6 +299,10 @@ const CONSTANT: u8 = u8::MAX;
 /// ranked by |stride|, ties by position, and returns how many; a zero stride among them means
 /// no view. The others decide nothing: the stride of a length-1 dimension never addresses
 /// anything, so it may be any value.
+///
+/// The order is found first, and the links written in it: row-major order, the commonest
+/// after column-major, is written back to front rather than reversed once written (reading
+/// a link back whole right after its two halves were stored waits for those stores).
 fn rank_varying(
     shape: &[i64],
     strides: &[i64],
@@ -321,20 +325,27 @@ fn rank_varying(
             descending &= previous > stride;
         }
         previous = stride;
-        varying[count] = k as u8;
-        links[count] = Link {
-            len: shape[k] as u64,
-            stride,
-        };
         count += 1;
     }
-    let (varying, links) = (&mut varying[..count], &mut links[..count]);
-    if descending {
-        // Row-major order, the commonest after column-major (already ascending): reversed.
-        varying.reverse();
-        links.reverse();
-    } else if !ascending {
-        rank_by_stride(varying, links);
+    let mut at = 0;
+    let mut write = |k: usize| {
+        if shape[k] >= 2 {
+            varying[at] = k as u8;
+            links[at] = Link {
+                len: shape[k] as u64,
+                stride: strides[k].unsigned_abs(),
+            };
+            at += 1;
+        }
+    };
+    // Descending with more than one varying dim: row-major order, ranked back to front.
+    if descending && count > 1 {
+        (0..shape.len()).rev().for_each(&mut write);
+    } else {
+        (0..shape.len()).for_each(&mut write);
+        if !ascending {
+            rank_by_stride(&mut varying[..count], &mut links[..count]);
+        }
     }
     Ok(count)
 }

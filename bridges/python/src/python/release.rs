@@ -74,6 +74,20 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
     tensor.complete()
 }
 
+/// [`release_here_or_defer`] for an imported tensor: on a thread that holds the GIL, host
+/// memory (which orders after nothing) is released at once, without a pending release.
+pub fn release_imported_here_or_defer(tensor: ImportedTensor) -> rsdlpack::Result<()> {
+    let tensor = if this_thread_holds_the_gil() {
+        match tensor.release_if_unordered() {
+            Ok(()) => return Ok(()),
+            Err(tensor) => tensor,
+        }
+    } else {
+        tensor
+    };
+    release_here_or_defer(tensor.into_release())
+}
+
 /// A forwarded tensor's release (see [`rewrap`]): at once when nothing needs waiting for and this
 /// thread holds the GIL, else queued. A deleter may be called with locks of its caller held that
 /// another Python thread could need, so it neither lets go of the GIL to wait nor waits holding
