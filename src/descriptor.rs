@@ -194,8 +194,8 @@ impl TensorDescriptor {
     /// dims (a column-major `Array` then looks row-major-compact to the consumer). The same
     /// checks as [`TensorDescriptor::validate`] apply.
     ///
-    /// Boxed, and described where it lies (see [`Self::julia_layout_into`]): a descriptor is
-    /// ~560 bytes, and an exporter keeps it.
+    /// Boxed, and described where it lies: a descriptor is ~560 bytes (see also
+    /// [`Self::julia_layout_into`]).
     pub fn from_julia_layout(
         first_element: usize,
         device: Device,
@@ -205,29 +205,67 @@ impl TensorDescriptor {
         order: IndexOrder,
     ) -> Result<Box<Self>> {
         let mut described = Box::new(Self::empty());
-        described.julia_layout_into(first_element, device, element, dims, strides, order)?;
+        described.describe_julia_layout(first_element, device, element, dims, strides, order)?;
         Ok(described)
     }
 
-    /// [`Self::from_julia_layout`], written over `self` where it already lies (inside the
-    /// allocation of the exporter that keeps it, say). On error `self` is [`Self::empty`]
-    /// again.
+    /// [`Self::from_julia_layout`] for dims and strides as Julia's `Int`s (a negative dim is
+    /// refused, as [`Self::validate`] refuses one), written over `self` where it already lies
+    /// (inside the allocation of the exporter that keeps it, say): both lists are copied as
+    /// they come. On error `self` is [`Self::empty`] again.
     pub fn julia_layout_into(
         &mut self,
         first_element: usize,
         device: Device,
         element: ElementType,
-        dims: &[usize],
-        strides: &[isize],
+        dims: &[i64],
+        strides: &[i64],
         order: IndexOrder,
     ) -> Result<()> {
-        match self.describe_julia_layout(first_element, device, element, dims, strides, order) {
-            Ok(()) => Ok(()),
-            Err(error) => {
-                *self = Self::empty();
-                Err(error)
+        let described = (|| {
+            if dims.len() != strides.len() {
+                return Err(Error::DimsStridesMismatch {
+                    dims: dims.len(),
+                    strides: strides.len(),
+                });
             }
+            self.shape.clear();
+            self.strides.clear();
+            let fits = self.shape.extend_from_slice(dims).is_some();
+            if !fits || self.strides.extend_from_slice(strides).is_none() {
+                return Err(Error::BadRank {
+                    ndim: dims.len() as i64,
+                    max: MAX_NDIM,
+                });
+            }
+            self.describe_julia_fields(first_element, device, element, order)
+        })();
+        if described.is_err() {
+            *self = Self::empty();
         }
+        described
+    }
+
+    /// The rest of a Julia array's description once its dims and strides are in `self`'s
+    /// lists (in Julia's order): `order` applied, the other fields set, the whole checked.
+    fn describe_julia_fields(
+        &mut self,
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        order: IndexOrder,
+    ) -> Result<()> {
+        if order == IndexOrder::Reversed {
+            self.shape.reverse();
+            self.strides.reverse();
+        }
+        self.first_element = first_element;
+        self.device = device;
+        self.element = element;
+        self.read_only = false;
+        self.is_copied = false;
+        self.version = None;
+        self.check(first_element, element, first_element == 0)
     }
 
     /// The description itself; leaves `self` half-written on error.
@@ -262,17 +300,7 @@ impl TensorDescriptor {
             self.shape.push(i64::try_from(d).map_err(|_| too_big())?);
             self.strides.push(i64::try_from(s).map_err(|_| too_big())?);
         }
-        if order == IndexOrder::Reversed {
-            self.shape.reverse();
-            self.strides.reverse();
-        }
-        self.first_element = first_element;
-        self.device = device;
-        self.element = element;
-        self.read_only = false;
-        self.is_copied = false;
-        self.version = None;
-        self.check(first_element, element, first_element == 0)
+        self.describe_julia_fields(first_element, device, element, order)
     }
 
     /// A compact tensor of `shape` at `first_element` (row-major when `row_major`, else

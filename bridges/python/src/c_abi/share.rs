@@ -245,8 +245,7 @@ unsafe fn describe(array: &RsdlArrayExport, descriptor: &mut TensorDescriptor) -
     Ok(())
 }
 
-/// Julia's `Int`s read in place as the `usize` dims and `isize` strides the core takes: the
-/// same 64 bits, and a non-negative `i64` means the same as a `usize`.
+/// Julia's `Int` dims and strides, read in place, the dims checked to be non-negative.
 ///
 /// # Safety
 /// `array.dims` and `array.strides` readable for `ndims` entries during the call (non-null
@@ -254,8 +253,7 @@ unsafe fn describe(array: &RsdlArrayExport, descriptor: &mut TensorDescriptor) -
 unsafe fn dims_and_strides(
     array: &RsdlArrayExport,
     ndims: usize,
-) -> BridgeResult<(&[usize], &[isize])> {
-    const _: () = assert!(size_of::<usize>() == size_of::<i64>());
+) -> BridgeResult<(&[i64], &[i64])> {
     let read = |at: *const i64| -> &[i64] {
         if ndims == 0 {
             &[]
@@ -268,14 +266,7 @@ unsafe fn dims_and_strides(
     if dims.iter().fold(false, |negative, &d| negative | (d < 0)) {
         return Err(BridgeError::NegativeDim);
     }
-    // SAFETY: `usize` and `isize` have the size and alignment of `i64` (asserted above), every
-    // bit pattern is valid for both, and the dims are non-negative (checked above).
-    Ok(unsafe {
-        (
-            std::slice::from_raw_parts(dims.as_ptr().cast::<usize>(), ndims),
-            std::slice::from_raw_parts(strides.as_ptr().cast::<isize>(), ndims),
-        )
-    })
+    Ok((dims, strides))
 }
 
 /// Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia
