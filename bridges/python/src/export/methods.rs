@@ -21,6 +21,7 @@ use super::exporter::{Exporter, ExporterObject, TYPE};
 use crate::error::BridgeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyType;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -32,15 +33,23 @@ impl<'py> IntoPyObject<'py> for Exporter {
 
     /// A new `rsdlpack.DLPackTensor` over the exporter.
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let ty = exporter_type(py)?;
+        let ty = type_object(py)?;
         // SAFETY: the exporter type.
         Ok(unsafe { self.into_object_of(py, ty) })
     }
 }
 
+/// The type `rsdlpack.DLPackTensor` (made on first use), for callers that ask for it by
+/// name: its class attribute, whether an object is one.
+pub fn exporter_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    let ty = type_object(py)?;
+    // SAFETY: the exporter type, which lives for the process; a new reference for the `Bound`.
+    Ok(unsafe { Bound::from_borrowed_ptr(py, ty.cast()).cast_into_unchecked() })
+}
+
 /// The exporter type, made on first use.
 #[inline]
-fn exporter_type(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
+fn type_object(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
     let ty = TYPE.load(Ordering::Acquire);
     if ty.is_null() { make_type(py) } else { Ok(ty) }
 }
