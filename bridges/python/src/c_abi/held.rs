@@ -85,7 +85,7 @@ pub unsafe extern "C" fn rsdlpack_imported_copy_into(
 ) -> i32 {
     let body = || -> BridgeResult<()> {
         // SAFETY: an unconsumed handle (this entry point's contract); consumed here.
-        let held = unsafe { Held::take(handle) }.ok_or(BridgeError::NullHandle {
+        let held = unsafe { Held::take(handle) }.ok_or_else(|| BridgeError::NullHandle {
             function: "rsdlpack_imported_copy_into",
             what: "handle",
         })?;

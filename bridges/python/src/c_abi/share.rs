@@ -213,10 +213,12 @@ fn root_and_stream(array: &RsdlArrayExport) -> (JuliaRoot, Option<usize>) {
 /// As [`rsdlpack_py_share`]'s contract for `array`.
 #[inline]
 unsafe fn describe(array: &RsdlArrayExport, descriptor: &mut TensorDescriptor) -> BridgeResult<()> {
-    let element =
-        ElementType::from_code(array.element_code).ok_or(BridgeError::UnknownElementCode {
+    // `ok_or_else`: an error made eagerly is dropped on every success, through a call.
+    let element = ElementType::from_code(array.element_code).ok_or_else(|| {
+        BridgeError::UnknownElementCode {
             code: array.element_code,
-        })?;
+        }
+    })?;
     let ndims = usize::try_from(array.ndims).map_err(|_| BridgeError::BadValue {
         name: "ndims",
         expected: "non-negative",
