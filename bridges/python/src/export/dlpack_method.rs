@@ -97,8 +97,11 @@ unsafe fn call<'py>(
     // Borrowed, not owned: the caller keeps every argument alive for the call.
     let mut values: [Option<Borrowed<'_, 'py, PyAny>>; KEYWORDS.len()] = Default::default();
     if !kwnames.is_null() {
+        // Unchecked: vectorcall's `kwnames` is always an exact tuple, and in abi3 mode the
+        // check is a call into Python on every `__dlpack__`.
         // SAFETY: a live tuple of names for the call (contract).
-        let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) }.cast_into::<PyTuple>()?;
+        let names =
+            unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() };
         let slots = slots_of(&names)?;
         // `Py_SIZE`, inline: in abi3 mode `len()` is a call into Python.
         // SAFETY: a live tuple, whose header Python lays out as a PyVarObject.
