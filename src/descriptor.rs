@@ -317,7 +317,7 @@ impl TensorDescriptor {
         shape: &[i64],
         row_major: bool,
     ) -> Result<Self> {
-        let shape = DimVec::from_slice(shape).ok_or_else(|| Error::BadRank {
+        let shape = DimVec::from_slice(shape).ok_or(Error::BadRank {
             ndim: shape.len() as i64,
             max: MAX_NDIM,
         })?;

@@ -84,11 +84,14 @@ pub unsafe extern "C" fn rsdlpack_imported_copy_into(
     error_out: *mut *mut c_char,
 ) -> i32 {
     let body = || -> BridgeResult<()> {
+        // The error made only on failure (see `share::describe`).
         // SAFETY: an unconsumed handle (this entry point's contract); consumed here.
-        let held = unsafe { Held::take(handle) }.ok_or_else(|| BridgeError::NullHandle {
-            function: "rsdlpack_imported_copy_into",
-            what: "handle",
-        })?;
+        let Some(held) = (unsafe { Held::take(handle) }) else {
+            return Err(BridgeError::NullHandle {
+                function: "rsdlpack_imported_copy_into",
+                what: "handle",
+            });
+        };
         let Held { tensor, order } = held;
         let copied = if address.is_null() && bytes != 0 {
             Err(BridgeError::NullHandle {

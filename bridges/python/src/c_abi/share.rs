@@ -213,12 +213,13 @@ fn root_and_stream(array: &RsdlArrayExport) -> (JuliaRoot, Option<usize>) {
 /// As [`rsdlpack_py_share`]'s contract for `array`.
 #[inline]
 unsafe fn describe(array: &RsdlArrayExport, descriptor: &mut TensorDescriptor) -> BridgeResult<()> {
-    // `ok_or_else`: an error made eagerly is dropped on every success, through a call.
-    let element = ElementType::from_code(array.element_code).ok_or_else(|| {
-        BridgeError::UnknownElementCode {
+    // The error made only on failure: `ok_or`'s, made first, is dropped on every success
+    // through a call.
+    let Some(element) = ElementType::from_code(array.element_code) else {
+        return Err(BridgeError::UnknownElementCode {
             code: array.element_code,
-        }
-    })?;
+        });
+    };
     let ndims = usize::try_from(array.ndims).map_err(|_| BridgeError::BadValue {
         name: "ndims",
         expected: "non-negative",
