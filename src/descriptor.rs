@@ -26,7 +26,7 @@ use dlpark::ffi::{DLPackVersion, DLTensor};
 /// [`TensorDescriptor::moved_to`]), which check again where the address changes. A descriptor
 /// is large (two 32-slot lists), so the hot paths fill one where it lies instead:
 /// [`TensorDescriptor::validate_into`] over an [`TensorDescriptor::empty`] one, and
-/// [`TensorDescriptor::from_julia_layout`] in its box.
+/// [`TensorDescriptor::julia_layout_into`] likewise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorDescriptor {
     /// Address of the element at index (0, …, 0): `data + byte_offset`.
@@ -145,11 +145,12 @@ impl TensorDescriptor {
             // contract.
             unsafe { described.read_dims(tensor, ndim, version) }?;
         }
-        described.first_element = usize::try_from(tensor.byte_offset)
+        let first_element = usize::try_from(tensor.byte_offset)
             .ok()
             .and_then(|offset| (tensor.data as usize).checked_add(offset))
             .ok_or_else(|| extent_overflow(&described.shape, &described.strides))?;
-        described.check(tensor.data.is_null())
+        described.first_element = first_element;
+        described.check(first_element, element, tensor.data.is_null())
     }
 
     /// Reads the shape and strides of `tensor` (`ndim ≥ 1` of them) into the empty lists;
@@ -193,8 +194,8 @@ impl TensorDescriptor {
     /// dims (a column-major `Array` then looks row-major-compact to the consumer). The same
     /// checks as [`TensorDescriptor::validate`] apply.
     ///
-    /// Boxed, and described where it lies (see [`Self::validate_into`]): a descriptor is ~560
-    /// bytes, and an exporter keeps it.
+    /// Boxed, and described where it lies: a descriptor is ~560 bytes (see also
+    /// [`Self::julia_layout_into`]).
     pub fn from_julia_layout(
         first_element: usize,
         device: Device,
@@ -208,7 +209,70 @@ impl TensorDescriptor {
         Ok(described)
     }
 
-    /// [`Self::from_julia_layout`], written over `self`; on error `self` holds no meaning.
+    /// [`Self::from_julia_layout`] for dims and strides as Julia's `Int`s (a negative dim is
+    /// refused, as [`Self::validate`] refuses one), written over `self` where it already lies
+    /// (inside the allocation of the exporter that keeps it, say): both lists are copied as
+    /// they come. On error `self` is [`Self::empty`] again.
+    pub fn julia_layout_into(
+        &mut self,
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        dims: &[i64],
+        strides: &[i64],
+        order: IndexOrder,
+    ) -> Result<()> {
+        let described = (|| {
+            if dims.len() != strides.len() {
+                return Err(Error::DimsStridesMismatch {
+                    dims: dims.len(),
+                    strides: strides.len(),
+                });
+            }
+            self.shape.clear();
+            self.strides.clear();
+            let fits = self.shape.extend_from_slice(dims).is_some();
+            if !fits || self.strides.extend_from_slice(strides).is_none() {
+                return Err(Error::BadRank {
+                    ndim: dims.len() as i64,
+                    max: MAX_NDIM,
+                });
+            }
+            self.describe_julia_fields(first_element, device, element, order)
+        })();
+        match described {
+            // A fresh `Ok`, not the result moved on (see `validate_into`).
+            Ok(()) => Ok(()),
+            Err(error) => {
+                *self = Self::empty();
+                Err(error)
+            }
+        }
+    }
+
+    /// The rest of a Julia array's description once its dims and strides are in `self`'s
+    /// lists (in Julia's order): `order` applied, the other fields set, the whole checked.
+    fn describe_julia_fields(
+        &mut self,
+        first_element: usize,
+        device: Device,
+        element: ElementType,
+        order: IndexOrder,
+    ) -> Result<()> {
+        if order == IndexOrder::Reversed {
+            self.shape.reverse();
+            self.strides.reverse();
+        }
+        self.first_element = first_element;
+        self.device = device;
+        self.element = element;
+        self.read_only = false;
+        self.is_copied = false;
+        self.version = None;
+        self.check(first_element, element, first_element == 0)
+    }
+
+    /// The description itself; leaves `self` half-written on error.
     fn describe_julia_layout(
         &mut self,
         first_element: usize,
@@ -240,17 +304,7 @@ impl TensorDescriptor {
             self.shape.push(i64::try_from(d).map_err(|_| too_big())?);
             self.strides.push(i64::try_from(s).map_err(|_| too_big())?);
         }
-        if order == IndexOrder::Reversed {
-            self.shape.reverse();
-            self.strides.reverse();
-        }
-        self.first_element = first_element;
-        self.device = device;
-        self.element = element;
-        self.read_only = false;
-        self.is_copied = false;
-        self.version = None;
-        self.check(first_element == 0)
+        self.describe_julia_fields(first_element, device, element, order)
     }
 
     /// A compact tensor of `shape` at `first_element` (row-major when `row_major`, else
@@ -339,17 +393,23 @@ impl TensorDescriptor {
 
     /// `self` once [`Self::check`]ed.
     fn checked(mut self, data_is_null: bool) -> Result<Self> {
-        self.check(data_is_null)?;
+        let (first_element, element) = (self.first_element, self.element);
+        self.check(first_element, element, data_is_null)?;
         Ok(self)
     }
 
     /// Checks the invariants (see the type's docs) of parts read from elsewhere, and counts the
     /// elements; `data_is_null` says whether the base address was null (only an empty tensor
-    /// may have one).
-    fn check(&mut self, data_is_null: bool) -> Result<()> {
+    /// may have one). `first_element` and `element` are the values just written to `self`,
+    /// passed again rather than read back: the read would wait for those narrow stores.
+    fn check(
+        &mut self,
+        first_element: usize,
+        element: ElementType,
+        data_is_null: bool,
+    ) -> Result<()> {
+        debug_assert_eq!((first_element, element), (self.first_element, self.element));
         let Self {
-            first_element,
-            element,
             ref shape,
             ref strides,
             ..
@@ -363,9 +423,11 @@ impl TensorDescriptor {
             });
         }
         let overflow = || extent_overflow(shape, strides);
-        // Counted before anything multiplies extents: a zero anywhere makes the tensor empty,
-        // however large its other dimensions (an empty tensor is valid whatever they are).
-        let elements = element_count(shape).ok_or_else(overflow)?;
+        // One pass counts the elements and sums the strides' reach. A zero anywhere makes the
+        // tensor empty, however large its other dimensions (an empty tensor is valid whatever
+        // they are): its count is 0 and its reach never asked.
+        let Extents { elements, reach } = extents(shape, strides);
+        let elements = elements.ok_or_else(overflow)?;
         // A copy must be possible to describe: the dense size fits an isize (zero strides can
         // make it far larger than the memory the tensor spans).
         dense_size(elements, element).ok_or_else(overflow)?;
@@ -379,8 +441,7 @@ impl TensorDescriptor {
             if data_is_null {
                 return Err(Error::NullData { elements });
             }
-            let (low, high) =
-                byte_extent(shape, strides, element, elements).ok_or_else(overflow)?;
+            let (low, high) = scaled_extent(reach, element, elements).ok_or_else(overflow)?;
             let in_address_space = (first_element as i128 + low as i128) >= 0
                 && (first_element as i128 + high as i128) <= usize::MAX as i128;
             if !in_address_space {
@@ -577,22 +638,57 @@ fn byte_extent(
     element: ElementType,
     elements: usize,
 ) -> Option<(i64, i64)> {
+    scaled_extent(extents(shape, strides).reach, element, elements)
+}
+
+/// What one pass over non-negative dims finds: the element count ([`element_count`]'s), and
+/// the sums of the strides' negative and positive reach `(n - 1)·s`, in elements, if no term
+/// and no sum overflows.
+struct Extents {
+    elements: Option<usize>,
+    reach: Option<(i64, i64)>,
+}
+
+fn extents(shape: &[i64], strides: &[i64]) -> Extents {
+    let (mut product, mut empty, mut fits) = (Some(1usize), false, true);
+    let (mut low, mut high) = (0i64, 0i64);
+    // No early exit: an overflow is flagged, and the sums past it mean nothing.
+    for (&n, &s) in shape.iter().zip(strides) {
+        empty |= n == 0;
+        product = product.and_then(|p| p.checked_mul(n as usize));
+        let (reach, reach_over) = (n - 1).overflowing_mul(s);
+        let end = if reach < 0 { &mut low } else { &mut high };
+        let (sum, sum_over) = end.overflowing_add(reach);
+        *end = sum;
+        fits &= !(reach_over | sum_over);
+    }
+    let elements = if empty {
+        Some(0)
+    } else {
+        product.filter(|&p| p <= isize::MAX as usize)
+    };
+    Extents {
+        elements,
+        reach: fits.then_some((low, high)),
+    }
+}
+
+/// The byte extent of a non-empty tensor of `elements` whose strides reach as
+/// [`Extents::reach`] says (see [`byte_extent`]). Packed sub-byte elements are always compact
+/// row-major bytes: their extent is their dense size, whatever the reach.
+fn scaled_extent(
+    reach: Option<(i64, i64)>,
+    element: ElementType,
+    elements: usize,
+) -> Option<(i64, i64)> {
     if let ElementType::PackedBits { .. } = element {
         let bytes = dense_size(elements, element)?;
         return Some((0, i64::try_from(bytes).ok()?));
     }
+    let (low, high) = reach?;
     // Summed in elements, then scaled once: each end is a sum of same-sign terms, so it
     // overflows in bytes exactly when a term or the sum would.
     let size = element.size() as i64;
-    let (mut low, mut high) = (0i64, 0i64);
-    for (&n, &s) in shape.iter().zip(strides) {
-        let reach = (n - 1).checked_mul(s)?;
-        if reach < 0 {
-            low = low.checked_add(reach)?;
-        } else {
-            high = high.checked_add(reach)?;
-        }
-    }
     let low = low.checked_mul(size)?;
     let high = high.checked_mul(size)?.checked_add(size)?;
     // Both ends fit in i64, so the difference fits in i128.
@@ -1139,5 +1235,43 @@ mod tests {
         ));
         let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
         assert_eq!(compact_byte_size(fp4, &[3, 3]).unwrap(), 5);
+    }
+
+    proptest::proptest! {
+        /// The one pass of the checks counts and reaches as the two loops it replaced did
+        /// (each stopping at its first overflow).
+        #[test]
+        fn one_pass_extents_agree_with_the_count_and_reach_taken_apart(
+            dims in proptest::collection::vec(
+                proptest::prop_oneof![0i64..4, 1i64..1 << 40, proptest::strategy::Just(i64::MAX)],
+                0..6,
+            ),
+            strides in proptest::collection::vec(
+                proptest::prop_oneof![
+                    -3i64..4,
+                    proptest::prelude::any::<i64>(),
+                    proptest::strategy::Just(i64::MIN),
+                    proptest::strategy::Just(i64::MAX),
+                ],
+                6,
+            ),
+        ) {
+            let strides = &strides[..dims.len()];
+            let reach = || -> Option<(i64, i64)> {
+                let (mut low, mut high) = (0i64, 0i64);
+                for (&n, &s) in dims.iter().zip(strides) {
+                    let reach = (n - 1).checked_mul(s)?;
+                    if reach < 0 {
+                        low = low.checked_add(reach)?;
+                    } else {
+                        high = high.checked_add(reach)?;
+                    }
+                }
+                Some((low, high))
+            };
+            let found = extents(&dims, strides);
+            proptest::prop_assert_eq!(found.elements, element_count(&dims));
+            proptest::prop_assert_eq!(found.reach, reach());
+        }
     }
 }

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::cuda::context::HeldContext;
 use crate::cuda::fence::FenceStream;
 pub use crate::managed::ManagedTensor;
-use crate::release::{ConsumerOrdering, PendingRelease, StreamKeeper};
+use crate::release::{ConsumerOrdering, PendingRelease, StreamKeeper, ordering_device};
 use crate::stream::StreamRequest;
 use dlpark::ffi::DLManagedTensorVersioned;
 use std::ffi::c_void;
@@ -84,15 +84,22 @@ impl ImportedTensor {
     /// Validates `managed`; on error it is dropped (its deleter runs) before returning.
     #[inline]
     pub fn new(managed: ManagedTensor) -> Result<Self> {
-        let mut imported = Box::new(Imported {
-            forwarding: Slot::EMPTY,
-            managed,
-            descriptor: TensorDescriptor::empty(),
-            consumer_stream: None,
-            consumer_context: None,
-            self_ordered: false,
-            stream_keeper: None,
-        });
+        // Written field by field where it lies: `Box::new` of the whole struct builds it on the
+        // stack and copies its ~700 bytes over, on every import.
+        let mut uninit = Box::<Imported>::new_uninit();
+        let place = uninit.as_mut_ptr();
+        // SAFETY: every field of the fresh allocation is written before it is taken as
+        // initialised.
+        let mut imported = unsafe {
+            (&raw mut (*place).forwarding).write(Slot::EMPTY);
+            (&raw mut (*place).managed).write(managed);
+            (&raw mut (*place).descriptor).write(TensorDescriptor::empty());
+            (&raw mut (*place).consumer_stream).write(None);
+            (&raw mut (*place).consumer_context).write(None);
+            (&raw mut (*place).self_ordered).write(false);
+            (&raw mut (*place).stream_keeper).write(None);
+            uninit.assume_init()
+        };
         let Imported {
             managed,
             descriptor,
@@ -165,6 +172,18 @@ impl ImportedTensor {
         self.0.consumer_stream
     }
 
+    /// Runs the deleter now when the tensor's release orders after nothing (its memory is the
+    /// host's, or it is empty: see [`Self::into_release`]), as completing that release would;
+    /// otherwise gives the tensor back. For callers that may run the deleter here (the Python
+    /// bridge: on a thread that holds the GIL), sparing host tensors the pending release.
+    pub fn release_if_unordered(self) -> std::result::Result<(), Self> {
+        if ordering_device(&self.0.descriptor).is_some() {
+            return Err(self);
+        }
+        drop(self);
+        Ok(())
+    }
+
     /// Releases the tensor after the work enqueued so far on its consumer's stream: an event
     /// is recorded there now, and the [`PendingRelease`] runs the deleter once it completes.
     pub fn into_release(self) -> PendingRelease {
@@ -185,9 +204,10 @@ impl ImportedTensor {
     /// # Safety
     /// As [`Self::into_release_after`], for `caller` when it is `Some`.
     unsafe fn release_after(self, caller: Option<usize>) -> PendingRelease {
+        // Asked before the fields move out: moving the descriptor would copy its ~560 bytes.
+        let device = ordering_device(&self.0.descriptor);
         let Imported {
             managed,
-            descriptor,
             consumer_stream,
             consumer_context,
             self_ordered,
@@ -206,7 +226,7 @@ impl ImportedTensor {
         // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract, and its
         // keeper, which the release holds until its event is recorded there), the caller's by
         // this function's.
-        unsafe { PendingRelease::after(managed, &descriptor, ordering, caller, stream_keeper) }
+        unsafe { PendingRelease::after(managed, device, ordering, caller, stream_keeper) }
     }
 
     /// The tensor as one pointer to its allocation (aligned to at least 8 bytes), for handles
@@ -262,6 +282,30 @@ mod tests {
             ImportedTensor::new(managed),
             Err(Error::NegativeDimension { .. })
         ));
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn host_tensors_release_at_once_and_device_tensors_are_given_back() {
+        let (raw, count) = counted_versioned(&[2, 3], &[3, 1]);
+        // SAFETY: `raw` was just produced and is handed over.
+        let imported =
+            ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
+                .unwrap();
+        assert!(imported.release_if_unordered().is_ok());
+        assert_eq!(CountingOwner::releases(&count), 1, "the deleter ran, once");
+
+        let (raw, count) = counted_versioned(&[2, 3], &[3, 1]);
+        // SAFETY: as above; the tensor is said to be CUDA memory (the data is never read).
+        let imported = unsafe {
+            (*raw).dl_tensor.device.device_type = dlpark::ffi::DLDeviceType::CUDA;
+            ImportedTensor::new(ManagedTensor::from_versioned_raw(raw).unwrap()).unwrap()
+        };
+        let given_back = imported
+            .release_if_unordered()
+            .expect_err("device memory orders its release");
+        assert_eq!(CountingOwner::releases(&count), 0, "not released");
+        drop(given_back);
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 }

@@ -53,7 +53,7 @@ impl ManagedTensor {
     /// [`TensorDescriptor::validate_into`]). The tensor stays owned by `self` whatever the
     /// outcome.
     #[inline]
-    pub(crate) fn describe_into(&self, descriptor: &mut TensorDescriptor) -> Result<()> {
+    pub fn describe_into(&self, descriptor: &mut TensorDescriptor) -> Result<()> {
         match self {
             // SAFETY: a `Managed` owns its tensor, whose metadata the producer keeps readable and
             // unchanged until the deleter runs, which cannot happen while `self` is borrowed.

@@ -131,21 +131,21 @@ impl PendingRelease {
         }
     }
 
-    /// A release of `managed` (described by `descriptor`) ordered after the work enqueued so
-    /// far on the consumer's stream and on `caller` (a `CUstream` value), when its memory is on
-    /// a device.
+    /// A release of `managed` ordered after the work enqueued so far on the consumer's stream
+    /// and on `caller` (a `CUstream` value), when its memory is on a device: `device`, its
+    /// [`ordering_device`].
     ///
     /// # Safety
     /// The consumer's stream and `caller` must each be 1, 2 or a live `CUstream` of the
     /// tensor's device.
     pub(crate) unsafe fn after(
         managed: ManagedTensor,
-        descriptor: &TensorDescriptor,
+        device: Option<i32>,
         consumer: ConsumerOrdering,
         caller: Option<usize>,
         stream_keeper: Option<StreamKeeper>,
     ) -> Self {
-        let Some(device) = ordering_device(descriptor) else {
+        let Some(device) = device else {
             return Self::unordered(managed);
         };
         if ordering_disabled() {

@@ -46,7 +46,7 @@ use rsdlpack::stream::StreamRequest;
 use rsdlpack::{Device, DeviceKind, ElementType, ImportedTensor, ManagedTensor, TensorDescriptor};
 use rsdlpack_fuzz::{SmallSource, dlpack_flags, exception_for, is_padded, patterned_buffer};
 use rsdlpack_python::import::exchange_api::imports_through_c_api;
-use rsdlpack_python::{ErrorCode, Exporter, ImportRequest, import};
+use rsdlpack_python::{ErrorCode, Exporter, ImportRequest, exporter_type, import};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::{NonNull, null_mut};
@@ -497,8 +497,8 @@ fn build(f: &Foreign) -> Built {
 fn our_table(py: Python<'_>) -> &'static DLPackExchangeAPI {
     static TABLE: OnceLock<usize> = OnceLock::new();
     let address = *TABLE.get_or_init(|| {
-        let capsule = py
-            .get_type::<Exporter>()
+        let capsule = exporter_type(py)
+            .expect("the exporter type")
             .getattr("__dlpack_c_exchange_api__")
             .expect("the class attribute");
         let capsule = capsule.cast::<PyCapsule>().expect("a capsule");
@@ -544,7 +544,11 @@ fn source_entry(py: Python<'_>, s: &SourceIn, count: &Arc<AtomicUsize>) -> Entry
     let tensor = source.over(AlignedBuffer::zeroed(256), count);
     let descriptor = tensor.descriptor().clone();
     Entry {
-        object: Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap().into_any(),
+        object: Exporter::new(tensor, None)
+            .unwrap()
+            .into_pyobject(py)
+            .unwrap()
+            .unbind(),
         descriptor,
         readable: true,
     }
@@ -555,7 +559,7 @@ fn not_exporter(py: Python<'_>, k: u8) -> Bound<'_, PyAny> {
         0 => py.None().into_bound(py),
         1 => 7i32.into_pyobject(py).unwrap().into_any(),
         2 => "a string".into_pyobject(py).unwrap().into_any(),
-        3 => py.get_type::<Exporter>().into_any(),
+        3 => exporter_type(py).unwrap().into_any(),
         _ => {
             static DUMMY: u64 = 0;
             let pointer = NonNull::from(&DUMMY).cast::<c_void>();
@@ -901,7 +905,7 @@ fn to_py(py: Python<'_>, pool: &mut Vec<Entry>, tensor: Option<&Foreign>, null_o
     assert_eq!(deletes(b.id), 0, "released while an exporter holds it");
     // SAFETY: on success `out` is a new reference.
     let object = unsafe { Bound::from_owned_ptr(py, out.cast()) };
-    assert!(object.is_instance_of::<Exporter>());
+    assert!(object.is_instance(&exporter_type(py).unwrap()).unwrap());
     let descriptor = b.expected.unwrap();
     let device: (u32, i32) = object
         .call_method0("__dlpack_device__")

@@ -494,7 +494,10 @@ fn check_python(input: &SourceIn, source: &Source, request: &PyRequest) {
     Python::attach(|py| {
         let tensor = source_tensor(input, source, &count);
         let descriptor = tensor.descriptor().clone();
-        let exporter = Bound::new(py, Exporter::new(tensor, None).unwrap()).unwrap();
+        let exporter = Exporter::new(tensor, None)
+            .unwrap()
+            .into_pyobject(py)
+            .unwrap();
         let device: (u32, i32) = exporter
             .call_method0("__dlpack_device__")
             .unwrap()

@@ -7,13 +7,21 @@
 //! which lives as long as the header does. The header says what an export says (see
 //! [`crate::export`]): the first element's address with a zero byte offset, explicit strides,
 //! the descriptor's flags, the claimed version.
+//!
+//! An owner that counts references to itself (an exporter's allocation) can do better still:
+//! it keeps room for one header ([`HeaderSlot`]), and an export while that room is free
+//! allocates nothing at all ([`export_versioned_in_slot`], [`export_legacy_in_slot`]). The
+//! commonest exporter hands out one capsule, consumed at once; a second export while the
+//! first is alive takes the one-allocation path above.
 
 use crate::descriptor::TensorDescriptor;
 use crate::error::Result;
 use crate::export::{check_legacy, claimed_minor, flags};
 use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
-use dlpark::{Managed, ManagedTensorBase};
-use std::mem::offset_of;
+use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
+use std::cell::UnsafeCell;
+use std::mem::{MaybeUninit, offset_of};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An owner that keeps the descriptor its tensor restates.
 ///
@@ -115,6 +123,169 @@ unsafe extern "C" fn delete_described<M: ManagedTensorBase, O: DescribingOwner>(
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(described)));
 }
 
+/// Room for the header of one export at a time, inside an owner that counts references to
+/// itself ([`SlotOwner`]). Claimed by an export, freed by that export's deleter.
+pub struct HeaderSlot {
+    /// Big enough for either ABI's header (asserted in [`claim`]).
+    header: UnsafeCell<MaybeUninit<DLManagedTensorVersioned>>,
+    /// Whether an export holds the slot. Set only by claims, which never overlap (the export
+    /// functions' contract), and cleared only by the holder's deleter: a load and a store
+    /// suffice, with no read-modify-write.
+    taken: AtomicBool,
+}
+
+// SAFETY: the header is written only by the export that claimed the slot, read through the
+// managed tensor it hands on, and left alone once the deleter frees the slot; the flag's
+// Release (deleter) and Acquire (claim) order each claim after the previous export's last read.
+unsafe impl Sync for HeaderSlot {}
+// SAFETY: as above: the header's pointers lead to the owner's descriptor and to memory the
+// owner already shares, and only the export that claimed the slot writes it.
+unsafe impl Send for HeaderSlot {}
+
+impl HeaderSlot {
+    pub const fn new() -> Self {
+        Self {
+            header: UnsafeCell::new(MaybeUninit::uninit()),
+            taken: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether an export holds the slot now.
+    pub fn is_taken(&self) -> bool {
+        self.taken.load(Ordering::Acquire)
+    }
+}
+
+impl Default for HeaderSlot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// An owner that keeps a [`HeaderSlot`] and the descriptor its exports restate, and counts the
+/// references to itself: an export in the slot holds one from its claim to its deleter.
+///
+/// # Safety
+/// [`Self::descriptor`] must answer the same descriptor, unchanged, and [`Self::slot`] the same
+/// slot, for as long as the owner lives, at addresses that never move. [`Self::retain`] takes
+/// a reference that keeps the owner alive (at the same address) until the matching
+/// [`Self::release`], which may run on any thread.
+pub unsafe trait SlotOwner: Sync + 'static {
+    fn descriptor(&self) -> &TensorDescriptor;
+    fn slot(&self) -> &HeaderSlot;
+    /// Takes one more reference to the owner.
+    fn retain(&self);
+    /// Gives back a reference [`Self::retain`] took; the owner may be gone afterwards.
+    ///
+    /// # Safety
+    /// `owner` is an owner whose reference the caller holds and does not use again.
+    unsafe fn release(owner: *const Self);
+}
+
+/// A versioned export of `owner`'s memory in its slot, sharing it (IS_COPIED, a claim that the
+/// consumer owns the memory alone, is never made: every export of the owner reaches the same
+/// memory); `Ok(None)` when the slot is taken. The export holds a reference to `owner` until
+/// its deleter runs. Refused (nothing claimed) as [`export_versioned_described`] refuses.
+///
+/// # Safety
+/// No two exports of the same owner run at once (the Python bridge holds the GIL for each);
+/// their deleters may run anywhere, at any time.
+pub unsafe fn export_versioned_in_slot<O: SlotOwner>(
+    owner: &O,
+    minor_version: u32,
+) -> Result<Option<Managed<DLManagedTensorVersioned>>> {
+    let descriptor = owner.descriptor();
+    let claimed = claimed_minor(descriptor.element(), minor_version)?;
+    // SAFETY: forwarded from this function's contract.
+    let Some(raw) = (unsafe { claim::<DLManagedTensorVersioned, O>(owner) }) else {
+        return Ok(None);
+    };
+    // SAFETY: the slot is ours (just claimed) and its header written but for these two
+    // fields, which complete it before anyone else reads it.
+    unsafe {
+        (*raw).version = DLPackVersion {
+            major: DLPackVersion::CURRENT.major,
+            minor: claimed,
+        };
+        (*raw).flags = flags(descriptor) - DlpackFlags::IS_COPIED;
+    }
+    // SAFETY: a complete header at the current major version; its deleter frees the slot and
+    // the reference it holds, once (`delete_in_slot`).
+    let managed = unsafe { Managed::from_raw(raw) };
+    Ok(Some(
+        managed.expect("a non-null header at the current major version"),
+    ))
+}
+
+/// [`export_versioned_in_slot`] in the legacy ABI, refused (nothing claimed) as
+/// [`export_legacy_described`] refuses.
+///
+/// # Safety
+/// As [`export_versioned_in_slot`].
+pub unsafe fn export_legacy_in_slot<O: SlotOwner>(
+    owner: &O,
+) -> Result<Option<Managed<DLManagedTensor>>> {
+    let descriptor = owner.descriptor();
+    check_legacy(descriptor.element(), descriptor.read_only())?;
+    // SAFETY: forwarded from this function's contract.
+    let Some(raw) = (unsafe { claim::<DLManagedTensor, O>(owner) }) else {
+        return Ok(None);
+    };
+    // SAFETY: a complete legacy header (it has no version to check); its deleter frees the
+    // slot and the reference it holds, once.
+    let managed = unsafe { Managed::from_raw(raw) };
+    Ok(Some(managed.expect("a non-null header")))
+}
+
+/// Claims `owner`'s slot and writes a header restating its descriptor there (version and flags
+/// left at their defaults), holding a new reference to `owner` (its address in
+/// `manager_ctx`); `None` when the slot is taken.
+///
+/// # Safety
+/// As [`export_versioned_in_slot`]: no other claim of this slot runs meanwhile.
+unsafe fn claim<M: ManagedTensorBase, O: SlotOwner>(owner: &O) -> Option<*mut M> {
+    const {
+        assert!(size_of::<M>() <= size_of::<DLManagedTensorVersioned>());
+        assert!(align_of::<M>() <= align_of::<DLManagedTensorVersioned>());
+    };
+    let slot = owner.slot();
+    // Acquire: the previous export's deleter (Release) is done with the header.
+    if slot.taken.load(Ordering::Acquire) {
+        return None;
+    }
+    // No other claim runs (contract) and no deleter holds a free slot: nothing races.
+    slot.taken.store(true, Ordering::Relaxed);
+    owner.retain();
+    let tensor = dl_tensor_of(owner.descriptor());
+    // Never null, as some consumers need (see `allocate`).
+    let context = std::ptr::from_ref(owner)
+        .cast_mut()
+        .cast::<std::ffi::c_void>();
+    let raw = slot.header.get().cast::<M>();
+    let deleter = Some(delete_in_slot::<M, O> as unsafe extern "C" fn(*mut M));
+    // SAFETY: the slot is ours alone until its deleter frees it, and large and aligned enough
+    // for an `M` (asserted above).
+    unsafe { raw.write(M::from_parts(tensor, context, deleter)) };
+    Some(raw)
+}
+
+unsafe extern "C" fn delete_in_slot<M: ManagedTensorBase, O: SlotOwner>(header: *mut M) {
+    if header.is_null() {
+        return;
+    }
+    // SAFETY: a non-null header handed to this deleter is one `claim` wrote, whose
+    // `manager_ctx` is the owner it took a reference to; DLPack calls the deleter once.
+    let owner = unsafe { (*header).manager_ctx() }.cast::<O>().cast_const();
+    // SAFETY: the reference keeps the owner alive until released below.
+    let slot = unsafe { (*owner).slot() };
+    // Release: nothing reads the header after this (the next export may overwrite it).
+    slot.taken.store(false, Ordering::Release);
+    // An owner's drop must not unwind into C; the owner is then leaked.
+    // SAFETY: the reference `claim` took, given back once.
+    let release = std::panic::AssertUnwindSafe(|| unsafe { O::release(owner) });
+    let _ = std::panic::catch_unwind(release);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,7 +295,7 @@ mod tests {
     use crate::imported::{ImportedTensor, ManagedTensor};
     use crate::layout::IndexOrder;
     use crate::test_support::CountingOwner;
-    use dlpark::DlpackFlags;
+    use std::sync::Arc;
 
     /// A Julia-like array's descriptor, boxed, with a counter of drops.
     struct Owner {
@@ -248,5 +419,144 @@ mod tests {
             Err(Error::VersionTooOld { .. })
         ));
         assert_eq!(CountingOwner::releases(&releases), 1);
+    }
+
+    /// An owner with a slot, as an exporter's shared source keeps one.
+    struct Shared {
+        slot: HeaderSlot,
+        descriptor: TensorDescriptor,
+        _count: CountingOwner,
+    }
+
+    // SAFETY: every `Shared` lives in an `Arc` (made only by `shared`), whose count is the
+    // owner's; the descriptor and the slot live inside it and never change.
+    unsafe impl SlotOwner for Shared {
+        fn descriptor(&self) -> &TensorDescriptor {
+            &self.descriptor
+        }
+        fn slot(&self) -> &HeaderSlot {
+            &self.slot
+        }
+        fn retain(&self) {
+            // SAFETY: `self` is inside a live `Arc` (see the impl).
+            unsafe { Arc::increment_strong_count(self) };
+        }
+        unsafe fn release(owner: *const Self) {
+            // SAFETY: a reference `retain` took (contract), inside its `Arc`.
+            unsafe { Arc::decrement_strong_count(owner) };
+        }
+    }
+
+    /// [`export_versioned_in_slot`] from this (the only) thread.
+    fn versioned_in_slot(
+        owner: &Arc<Shared>,
+        minor: u32,
+    ) -> Result<Option<Managed<DLManagedTensorVersioned>>> {
+        // SAFETY: the tests export each owner from one thread.
+        unsafe { export_versioned_in_slot(&**owner, minor) }
+    }
+
+    /// [`export_legacy_in_slot`] from this (the only) thread.
+    fn legacy_in_slot(owner: &Arc<Shared>) -> Result<Option<Managed<DLManagedTensor>>> {
+        // SAFETY: as above.
+        unsafe { export_legacy_in_slot(&**owner) }
+    }
+
+    fn shared(
+        element: ElementType,
+        read_only: bool,
+        is_copied: bool,
+    ) -> (Arc<Shared>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let (julia, _) = julia_owner(element, read_only);
+        let (count, releases) = CountingOwner::new();
+        let owner = Shared {
+            slot: HeaderSlot::new(),
+            descriptor: julia.descriptor.with_is_copied(is_copied),
+            _count: count,
+        };
+        (Arc::new(owner), releases)
+    }
+
+    #[test]
+    fn a_slot_export_holds_its_owner_until_released_and_is_the_slot() {
+        let (owner, releases) = shared(ElementType::Float32, true, true);
+        let managed = versioned_in_slot(&owner, 1).unwrap().unwrap();
+        assert_eq!(Arc::strong_count(&owner), 2, "the export holds a reference");
+        let header = managed.as_ptr();
+        assert_eq!(
+            header.cast::<u8>(),
+            owner.slot.header.get().cast::<u8>(),
+            "the header is the slot: nothing allocated"
+        );
+        // SAFETY: the header of a live tensor we own.
+        let (version, flags, context) =
+            unsafe { ((*header).version, (*header).flags, (*header).manager_ctx) };
+        assert_eq!(version, DLPackVersion { major: 1, minor: 1 });
+        assert_eq!(
+            flags,
+            DlpackFlags::READ_ONLY,
+            "shared memory never claims IS_COPIED"
+        );
+        assert_eq!(context as usize, Arc::as_ptr(&owner) as usize);
+        let imported = ImportedTensor::new(ManagedTensor::Versioned(managed)).unwrap();
+        assert_eq!(imported.descriptor().shape(), owner.descriptor.shape());
+        assert_eq!(imported.descriptor().strides(), owner.descriptor.strides());
+        assert_eq!(imported.descriptor().first_element(), 4096);
+
+        // A second export while the first lives: the slot is taken.
+        assert!(versioned_in_slot(&owner, 3).unwrap().is_none());
+        assert_eq!(Arc::strong_count(&owner), 2, "a refusal holds nothing");
+        drop(imported);
+        assert_eq!(
+            Arc::strong_count(&owner),
+            1,
+            "the deleter dropped its reference"
+        );
+
+        // Free again: the next export takes the slot, and outlives the owner's last handle.
+        let again = versioned_in_slot(&owner, 3).unwrap().unwrap();
+        assert_eq!(again.version(), DLPackVersion { major: 1, minor: 3 });
+        drop(owner);
+        assert_eq!(CountingOwner::releases(&releases), 0);
+        drop(again);
+        assert_eq!(
+            CountingOwner::releases(&releases),
+            1,
+            "released once, by the last"
+        );
+    }
+
+    #[test]
+    fn a_legacy_slot_export_reads_as_its_descriptor() {
+        let (owner, releases) = shared(ElementType::Int16, false, false);
+        let managed = legacy_in_slot(&owner).unwrap().unwrap();
+        assert!(legacy_in_slot(&owner).unwrap().is_none(), "taken");
+        let imported = ImportedTensor::new(ManagedTensor::Legacy(managed)).unwrap();
+        assert_eq!(imported.descriptor().shape(), [3, 4]);
+        assert_eq!(imported.descriptor().strides(), [1, 3]);
+        assert_eq!(imported.descriptor().element(), ElementType::Int16);
+        drop((imported, owner));
+        assert_eq!(CountingOwner::releases(&releases), 1);
+    }
+
+    #[test]
+    fn slot_refusals_claim_nothing() {
+        let (owner, _) = shared(ElementType::Float32, true, false);
+        assert!(matches!(
+            legacy_in_slot(&owner),
+            Err(Error::LegacyCannotCarry { .. })
+        ));
+        let (fp8, _) = shared(ElementType::RawBytes { code: 10, bits: 8 }, false, false);
+        assert!(matches!(
+            versioned_in_slot(&fp8, 0),
+            Err(Error::VersionTooOld { .. })
+        ));
+        for owner in [owner, fp8] {
+            assert_eq!(Arc::strong_count(&owner), 1);
+            assert!(
+                versioned_in_slot(&owner, 3).unwrap().is_some(),
+                "the slot is still free"
+            );
+        }
     }
 }

@@ -26,6 +26,12 @@ pub(crate) fn least_and_cofactor_by_scan(n: u64, bound: u64) -> Option<(u64, u64
     if bound > n / 2 {
         return Some((n, 1));
     }
+    // A power of two (the commonest row length) has only powers of two for divisors: the
+    // least one from `bound` up is `bound`'s next, at most `n`. No division.
+    if n.is_power_of_two() {
+        let divisor = bound.next_power_of_two();
+        return Some((divisor, n >> divisor.trailing_zeros()));
+    }
     // A divisor `d ≥ bound` has the cofactor `n / d ≤ most`; the least has the largest. Scanning
     // divisors up from `bound` and cofactors down from `most` in turn, the first hit either way
     // is the least divisor.
@@ -547,10 +553,12 @@ mod tests {
             (bound..=n).find(|d| n.is_multiple_of(*d)).unwrap()
         }
         // What the scan reaches: the least divisor `d` itself within SCAN_STEPS of `bound`, or
-        // its cofactor within SCAN_STEPS of the largest one, or every cofactor (few of them).
+        // its cofactor within SCAN_STEPS of the largest one, or every cofactor (few of them),
+        // and every divisor of a power of two.
         fn reached(n: u64, bound: u64, d: u64) -> bool {
             let most = n / bound;
             bound > n / 2
+                || n.is_power_of_two()
                 || most <= SCAN_STEPS + 1
                 || d - bound < SCAN_STEPS
                 || most - n / d < SCAN_STEPS
@@ -592,6 +600,13 @@ mod tests {
         // The largest stride there is (|i64::MIN|): twice it does not fit in 64 bits.
         assert_eq!(least_by_scan(1 << 63, (1 << 62) + 1), Some(1 << 63));
         assert_eq!(least_by_scan(1 << 63, 1 << 62), Some(1 << 62));
+        // A power of two settles where a scan of its cofactors would not reach (1024 is 24
+        // above the bound, and its cofactor 24 below the largest).
+        assert_eq!(
+            least_and_cofactor_by_scan(1 << 20, 1000),
+            Some((1024, 1024))
+        );
+        assert_eq!(least_and_cofactor_by_scan(1 << 62, 3), Some((4, 1 << 60)));
     }
 
     #[test]

@@ -265,8 +265,9 @@ fn rank_by_stride(varying: &mut [u8], links: &mut [Link]) {
 /// Writes the view of a non-empty, validated, aligned tensor into `out`, or says why there is
 /// none. `shape`/`strides` in result order; `out.dims` already holds the shape.
 ///
-/// Per-dimension scratch lives in plain stack arrays with a local count: growing a list whose
-/// length lives in memory costs a store and a reload per entry on this path.
+/// Per-dimension scratch lives on the stack: bytes in plain arrays, the links and the parent
+/// strides in [`DimVec`]s, whose unused slots stay unwritten (zeroing 32 of each, 768 bytes, cost
+/// more than the few pushes a real tensor makes).
 fn view_into(
     shape: &[i64],
     strides: &[i64],
@@ -275,11 +276,12 @@ fn view_into(
     out: &mut ArrayPlan,
 ) -> std::result::Result<(), CopyReason> {
     let mut varying = [0u8; MAX_NDIM];
-    let mut links = [Link::default(); MAX_NDIM];
+    let mut links = DimVec::new();
     let count = rank_varying(shape, strides, &mut varying, &mut links)?;
-    let (varying, links) = (&varying[..count], &links[..count]);
-    let mut parent_strides = [0u64; MAX_NDIM];
-    let parent_strides = &mut parent_strides[..count];
+    let (varying, links) = (&varying[..count], &links[..]);
+    let mut parent_strides = DimVec::new();
+    parent_strides.grow_to(count, 0);
+    let parent_strides = &mut parent_strides[..];
     let last_step = nest::nest_with_last_step(links, parent_strides)?;
     let parent = Parent::new(links, parent_strides, last_step, element_size)?;
     let mut rank_of = [CONSTANT; MAX_NDIM];
@@ -299,11 +301,15 @@ const CONSTANT: u8 = u8::MAX;
 /// ranked by |stride|, ties by position, and returns how many; a zero stride among them means
 /// no view. The others decide nothing: the stride of a length-1 dimension never addresses
 /// anything, so it may be any value.
+///
+/// The order is found first, and the links written in it: row-major order, the commonest
+/// after column-major, is written back to front rather than reversed once written (reading
+/// a link back whole right after its two halves were stored waits for those stores).
 fn rank_varying(
     shape: &[i64],
     strides: &[i64],
     varying: &mut [u8; MAX_NDIM],
-    links: &mut [Link; MAX_NDIM],
+    links: &mut DimVec<Link>,
 ) -> std::result::Result<usize, CopyReason> {
     let mut count = 0;
     let (mut ascending, mut descending) = (true, true);
@@ -321,20 +327,27 @@ fn rank_varying(
             descending &= previous > stride;
         }
         previous = stride;
-        varying[count] = k as u8;
-        links[count] = Link {
-            len: shape[k] as u64,
-            stride,
-        };
         count += 1;
     }
-    let (varying, links) = (&mut varying[..count], &mut links[..count]);
-    if descending {
-        // Row-major order, the commonest after column-major (already ascending): reversed.
-        varying.reverse();
-        links.reverse();
-    } else if !ascending {
-        rank_by_stride(varying, links);
+    let mut at = 0;
+    let mut write = |k: usize| {
+        if shape[k] >= 2 {
+            varying[at] = k as u8;
+            links.push(Link {
+                len: shape[k] as u64,
+                stride: strides[k].unsigned_abs(),
+            });
+            at += 1;
+        }
+    };
+    // Descending with more than one varying dim: row-major order, ranked back to front.
+    if descending && count > 1 {
+        (0..shape.len()).rev().for_each(&mut write);
+    } else {
+        (0..shape.len()).for_each(&mut write);
+        if !ascending {
+            rank_by_stride(&mut varying[..count], links);
+        }
     }
     Ok(count)
 }

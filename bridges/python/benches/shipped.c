@@ -328,7 +328,8 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr,
                 "usage: %s librsdlpack_python.so "
-                "[profile-import|profile-julia|profile-layout-K|profile-share|profile-export|profile-torch|profile-share-into]\n",
+                "[profile-import|profile-julia|profile-layout-K|profile-numpy-layout-K|profile-numpy|"
+                "profile-share|profile-export|profile-torch|profile-share-into]\n",
                 argv[0]);
         return 2;
     }
@@ -360,11 +361,17 @@ int main(int argc, char **argv) {
 
     if (argc > 2) { /* one competitor in a loop, for perf record */
         const char *which = argv[2];
-        /* profile-layout-K: Julia's one call on layout K (0..5, in layout_names order). */
+        /* profile-layout-K: Julia's one call on layout K (0..5, in layout_names order);
+         * profile-numpy-layout-K: np.from_dlpack of it; profile-numpy: NumPy -> NumPy 16x16. */
         if (strncmp(which, "profile-layout-", 15) == 0) {
             layout = layouts[atoi(which + 15) % LAYOUTS];
         }
+        if (strncmp(which, "profile-numpy-layout-", 21) == 0) {
+            layout = layouts[atoi(which + 21) % LAYOUTS];
+        }
         void (*loop)(void) = strncmp(which, "profile-layout-", 15) == 0 ? julia_layout
+                             : strncmp(which, "profile-numpy-layout-", 21) == 0 ? numpy_layout
+                             : strcmp(which, "profile-numpy") == 0 ? numpy_round_trip
                              : strcmp(which, "profile-julia") == 0   ? julia
                              : strcmp(which, "profile-share") == 0 ? share
                              : strcmp(which, "profile-export") == 0 ? export_round_trip
@@ -372,7 +379,10 @@ int main(int argc, char **argv) {
                              : strcmp(which, "profile-share-into") == 0 && torch && lib.share_into
                                  ? share_into_torch
                                  : ours_device;
-        for (long i = 0; i < 20000000; i++) {
+        /* RSDLPACK_BENCH_CALLS: fewer calls, e.g. for callgrind (BENCHMARKS.md, Method). */
+        const char *calls = getenv("RSDLPACK_BENCH_CALLS");
+        long count = calls ? atol(calls) : 20000000;
+        for (long i = 0; i < count; i++) {
             loop();
         }
         return 0;

@@ -92,7 +92,7 @@ fn rust_to_python(py: Python<'_>, globals: &Bound<'_, PyDict>) -> PyResult<()> {
         .and_then(ImportedTensor::new)
         .map_err(value_error)?;
     let exporter = Exporter::new(owned, None).map_err(PyErr::from)?;
-    globals.set_item("exporter", Py::new(py, exporter)?)?;
+    globals.set_item("exporter", exporter)?;
     py.run(
         c"n = np.from_dlpack(exporter)\n\
           j = jax.dlpack.from_dlpack(exporter)\n\

@@ -29,5 +29,5 @@ pub mod protocol;
 pub mod python;
 
 pub use error::{BridgeError, BridgeResult, ErrorCode};
-pub use export::Exporter;
+pub use export::{Exporter, exporter_type};
 pub use import::{ImportRequest, import};

@@ -61,16 +61,14 @@ fn without_a_driver_importing_a_cuda_capsule_fails_clearly_and_releases_it() {
     require_no_driver();
     Python::attach(|py| {
         let (raw, count) = fake_cuda_tensor();
-        let exporter = Py::new(
-            py,
-            Exporter::new(
-                // SAFETY: just built and handed over.
-                ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
-                    .unwrap(),
-                None,
-            )
-            .unwrap(),
+        let exporter = Exporter::new(
+            // SAFETY: just built and handed over.
+            ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(raw) }.unwrap())
+                .unwrap(),
+            None,
         )
+        .unwrap()
+        .into_pyobject(py)
         .unwrap();
         let globals = PyDict::new(py);
         globals.set_item("exporter", exporter).unwrap();

@@ -319,3 +319,84 @@ fn shared_capsules_never_claim_a_private_copy() {
         }
     });
 }
+
+#[test]
+fn the_source_outlives_the_exporter_while_any_capsule_of_it_lives() {
+    Python::attach(|py| {
+        let (tensor, count, address) = aligned_tensor(4, &[4], &[1], false);
+        // `a` takes the exporter's slot, `b` (made while `a` lives) a header of its own, `c` the
+        // slot again once `a` is gone; the exporter object goes first.
+        let g = with_exporter(
+            py,
+            tensor,
+            "a = np.from_dlpack(exporter)\nb = np.from_dlpack(exporter)\ndel exporter\ngc.collect()\n\
+             first = [a.ctypes.data, b.ctypes.data]",
+        );
+        assert_eq!(get::<Vec<usize>>(&g, "first"), vec![address, address]);
+        assert_eq!(releases(&count), 0, "both capsules hold the source");
+        g.del_item("a").unwrap();
+        assert_eq!(releases(&count), 0, "b still holds it");
+        g.del_item("b").unwrap();
+        assert_eq!(releases(&count), 1, "released once, by the last holder");
+
+        let (tensor, count, _) = aligned_tensor(4, &[4], &[1], false);
+        let g = with_exporter(
+            py,
+            tensor,
+            "a = np.from_dlpack(exporter)\ndel a\nc = np.from_dlpack(exporter)\nd = np.from_dlpack(exporter)\n\
+             del exporter, c\ngc.collect()",
+        );
+        assert_eq!(releases(&count), 0, "d holds the source");
+        g.del_item("d").unwrap();
+        assert_eq!(releases(&count), 1);
+    });
+}
+
+#[test]
+fn the_exporter_type_is_made_by_this_library_only() {
+    Python::attach(|py| {
+        let (tensor, count, _) = aligned_tensor(4, &[2, 2], &[1, 2], true);
+        let g = with_exporter(
+            py,
+            tensor,
+            "t = type(exporter)\nname = t.__module__ + '.' + t.__qualname__\ntext = repr(exporter)\n\
+             def refused(make):\n    try:\n        make()\n        return None\n    except TypeError as e:\n        return str(e)\n\
+             made = [refused(t), refused(lambda: object.__new__(t)), refused(lambda: type('Sub', (t,), {}))]\n\
+             import copy\ncopied = refused(lambda: copy.copy(exporter))\ndel t",
+        );
+        assert_eq!(get::<String>(&g, "name"), "rsdlpack.DLPackTensor");
+        let text = get::<String>(&g, "text");
+        assert!(
+            text.starts_with("rsdlpack.DLPackTensor(shape=[2, 2], strides=[1, 2], dtype=Float32")
+                && text.ends_with("read_only=true)"),
+            "{text}"
+        );
+        for refusal in get::<Vec<Option<String>>>(&g, "made") {
+            assert!(refusal.is_some(), "Python made or subclassed an exporter");
+        }
+        assert!(
+            get::<Option<String>>(&g, "copied").is_some(),
+            "copy.copy made one"
+        );
+        g.del_item("exporter").unwrap();
+        assert_eq!(releases(&count), 1);
+    });
+}
+
+#[test]
+fn the_last_holder_may_let_go_on_a_thread_without_the_gil() {
+    Python::attach(|py| {
+        let (tensor, count, _) = aligned_tensor(4, &[4], &[1], false);
+        let g = with_exporter(py, tensor, "");
+        let exporter = g.get_item("exporter").unwrap().unwrap();
+        // Our own import takes the capsule's tensor (the slot's), whose deleter is the exporter's.
+        let imported = import_default(&exporter);
+        drop(exporter);
+        g.del_item("exporter").unwrap();
+        assert_eq!(releases(&count), 0, "the import holds the source");
+        // This thread keeps the GIL while the other drops the import: the deleter must not need
+        // it.
+        std::thread::spawn(move || drop(imported)).join().unwrap();
+        assert_eq!(releases(&count), 1, "released by the other thread, once");
+    });
+}

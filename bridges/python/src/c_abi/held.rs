@@ -84,11 +84,14 @@ pub unsafe extern "C" fn rsdlpack_imported_copy_into(
     error_out: *mut *mut c_char,
 ) -> i32 {
     let body = || -> BridgeResult<()> {
+        // The error made only on failure (see `share::describe`).
         // SAFETY: an unconsumed handle (this entry point's contract); consumed here.
-        let held = unsafe { Held::take(handle) }.ok_or(BridgeError::NullHandle {
-            function: "rsdlpack_imported_copy_into",
-            what: "handle",
-        })?;
+        let Some(held) = (unsafe { Held::take(handle) }) else {
+            return Err(BridgeError::NullHandle {
+                function: "rsdlpack_imported_copy_into",
+                what: "handle",
+            });
+        };
         let Held { tensor, order } = held;
         let copied = if address.is_null() && bytes != 0 {
             Err(BridgeError::NullHandle {
@@ -108,7 +111,7 @@ pub unsafe extern "C" fn rsdlpack_imported_copy_into(
                 .map_err(BridgeError::from)
         };
         // Host memory (copy_into refuses any other): nothing to wait for.
-        let released = release::release_here_or_defer(tensor.into_release());
+        let released = release::release_imported_here_or_defer(tensor);
         copied.and(released.map_err(BridgeError::from))
     };
     // SAFETY: `error_out` is null or writable (this entry point's contract).
@@ -130,7 +133,7 @@ pub unsafe extern "C" fn rsdlpack_imported_release(handle: *mut std::ffi::c_void
         // SAFETY: null or an unconsumed handle (this entry point's contract); consumed here.
         if let Some(held) = unsafe { Held::take(handle) } {
             // Nobody to tell of a failure: the deleter has run regardless.
-            let _ = release::release_here_or_defer(held.tensor.into_release());
+            let _ = release::release_imported_here_or_defer(held.tensor);
         }
     })
 }

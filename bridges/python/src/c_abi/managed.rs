@@ -10,9 +10,9 @@ use crate::export::Exporter;
 use crate::import::{ImportRequest, import};
 use crate::protocol::request::StreamRequest;
 use crate::python::release;
-use pyo3::{Py, ffi};
+use pyo3::{IntoPyObject, ffi};
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensorVersioned};
-use rsdlpack::{Device, ImportedTensor, ManagedTensor};
+use rsdlpack::{Device, ManagedTensor};
 use std::ffi::c_char;
 
 /// Import options as C passes them. `has_*` fields say whether the next field carries a request.
@@ -190,12 +190,14 @@ pub unsafe extern "C" fn rsdlpack_py_export_with_stream(
 ) -> i32 {
     let body = || -> BridgeResult<()> {
         // SAFETY: ownership of `tensor` passes to us (caller's contract).
-        let owned = ImportedTensor::new(unsafe { ManagedTensor::from_versioned_raw(tensor) }?)?;
+        let owned = unsafe { ManagedTensor::from_versioned_raw(tensor) }?;
+        let exporter = Exporter::of_tensor(owned, (stream != 0).then_some(stream))?;
         refuse_null!("rsdlpack_py_export", "out", out);
-        let stream = (stream != 0).then_some(stream);
         let object = with_python(|py| {
-            Py::new(py, Exporter::new(owned, stream)?)
-                .map_err(|e| BridgeError::producer("creating the exporter", e))
+            Ok(exporter
+                .into_pyobject(py)
+                .map_err(|e| BridgeError::producer("creating the exporter", e))?
+                .unbind())
         })?;
         // SAFETY: `out` is writable; the new reference passes to the caller.
         unsafe { *out = object.into_ptr() };

@@ -13,7 +13,7 @@ use crate::error::{BridgeError, BridgeResult};
 use crate::export::Exporter;
 use crate::export::roots::{self, JuliaRoot};
 use crate::export::share_into::share_into;
-use pyo3::{Py, ffi};
+use pyo3::{Bound, IntoPyObject, ffi};
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
 use rsdlpack::{Device, ElementType, TensorDescriptor};
 use std::ffi::c_char;
@@ -92,11 +92,15 @@ pub unsafe extern "C" fn rsdlpack_py_share_with_flags(
         )?;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
+        let (root, stream) = root_and_stream(array);
         // SAFETY: forwarded from this entry point's contract.
-        let (spec, root, stream) = unsafe { read_array(array) }?;
+        let describe = |descriptor: &mut _| unsafe { describe(array, descriptor) };
+        let exporter = Exporter::of_julia_array(root, stream, describe)?;
         let exporter = with_python_as(attach, |py| {
-            Py::new(py, Exporter::of_julia_array(spec, root, stream)?)
-                .map_err(|e| BridgeError::producer("creating the exporter", e))
+            Ok(exporter
+                .into_pyobject(py)
+                .map_err(|e| BridgeError::producer("creating the exporter", e))?
+                .unbind())
         })?;
         // SAFETY: `out` is writable (checked non-null; caller's contract).
         unsafe { out.write(share_result(exporter.into_ptr())) };
@@ -155,17 +159,23 @@ pub unsafe extern "C" fn rsdlpack_py_share_into_with_flags(
         let exporter_for_non_types = flags & RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES != 0;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
+        let (root, stream) = root_and_stream(array);
+        let mut described = TensorDescriptor::empty();
         // SAFETY: forwarded from this entry point's contract.
-        let (spec, root, stream) = unsafe { read_array(array) }?;
+        unsafe { describe(array, &mut described) }?;
         // SAFETY: a live object (caller's contract), borrowed for the call.
         let object = unsafe {
             with_object_as(attach, r#type, |object| {
                 match object.cast::<pyo3::types::PyType>() {
-                    Ok(ty) => Ok(share_into(ty, &spec, root, stream)?.unbind()),
+                    Ok(ty) => Ok(share_into(ty, &described, root, stream)?.unbind()),
                     Err(_) if exporter_for_non_types => {
-                        Py::new(object.py(), Exporter::of_julia_array(spec, root, stream)?)
-                            .map(Py::into_any)
-                            .map_err(|e| BridgeError::producer("creating the exporter", e))
+                        Exporter::of_julia_array(root, stream, |descriptor| {
+                            *descriptor = described;
+                            Ok(())
+                        })?
+                        .into_pyobject(object.py())
+                        .map(Bound::unbind)
+                        .map_err(|e| BridgeError::producer("creating the exporter", e))
                     }
                     Err(_) => Err(BridgeError::NotAType {
                         got: object.to_string(),
@@ -189,29 +199,29 @@ fn share_result(object: *mut ffi::PyObject) -> RsdlShareResult {
     }
 }
 
-/// What both share entry points read of `array`: its descriptor, its root, and the stream it
-/// was written on.
+/// The root that keeps `array` alive (dropped, i.e. queued as released, on any error from
+/// here on) and the stream it was written on.
+fn root_and_stream(array: &RsdlArrayExport) -> (JuliaRoot, Option<usize>) {
+    let stream = (array.stream != 0).then_some(array.stream);
+    (JuliaRoot(array.root_id), stream)
+}
+
+/// Describes `array` over `descriptor`, where the caller keeps it: its element type, rank,
+/// dims and strides checked ([`TensorDescriptor::julia_layout_into`]). Each field goes
+/// straight from the caller's struct into the descriptor: gathered into a struct of its own
+/// first, the narrow fields would be stored one by one and loaded back as a whole, stalling.
 ///
 /// # Safety
 /// As [`rsdlpack_py_share`]'s contract for `array`.
-// Inlined: its `Result` would come back through memory, where `spec_of`'s is a pointer.
 #[inline]
-unsafe fn read_array(
-    array: &RsdlArrayExport,
-) -> BridgeResult<(Box<TensorDescriptor>, JuliaRoot, Option<usize>)> {
-    let root = JuliaRoot(array.root_id);
-    // SAFETY: forwarded from this function's contract.
-    let spec = unsafe { spec_of(array) }?;
-    Ok((spec, root, (array.stream != 0).then_some(array.stream)))
-}
-
-/// # Safety
-/// As [`rsdlpack_py_share`]'s contract for `array`.
-unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>> {
-    let element =
-        ElementType::from_code(array.element_code).ok_or(BridgeError::UnknownElementCode {
+unsafe fn describe(array: &RsdlArrayExport, descriptor: &mut TensorDescriptor) -> BridgeResult<()> {
+    // The error made only on failure: `ok_or`'s, made first, is dropped on every success
+    // through a call.
+    let Some(element) = ElementType::from_code(array.element_code) else {
+        return Err(BridgeError::UnknownElementCode {
             code: array.element_code,
-        })?;
+        });
+    };
     let ndims = usize::try_from(array.ndims).map_err(|_| BridgeError::BadValue {
         name: "ndims",
         expected: "non-negative",
@@ -234,20 +244,13 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
         device_type: DLDeviceType(array.device_type),
         device_id: array.device_id,
     });
-    let mut described = TensorDescriptor::from_julia_layout(
-        array.address,
-        device,
-        element,
-        dims,
-        strides,
-        index_order(array.order)?,
-    )?;
-    described.set_read_only(RsdlAccess::from_field(array.read_only) == RsdlAccess::ReadOnly);
-    Ok(described)
+    let order = index_order(array.order)?;
+    descriptor.julia_layout_into(array.address, device, element, dims, strides, order)?;
+    descriptor.set_read_only(RsdlAccess::from_field(array.read_only) == RsdlAccess::ReadOnly);
+    Ok(())
 }
 
-/// Julia's `Int`s read in place as the `usize` dims and `isize` strides the core takes: the
-/// same 64 bits, and a non-negative `i64` means the same as a `usize`.
+/// Julia's `Int` dims and strides, read in place, the dims checked to be non-negative.
 ///
 /// # Safety
 /// `array.dims` and `array.strides` readable for `ndims` entries during the call (non-null
@@ -255,8 +258,7 @@ unsafe fn spec_of(array: &RsdlArrayExport) -> BridgeResult<Box<TensorDescriptor>
 unsafe fn dims_and_strides(
     array: &RsdlArrayExport,
     ndims: usize,
-) -> BridgeResult<(&[usize], &[isize])> {
-    const _: () = assert!(size_of::<usize>() == size_of::<i64>());
+) -> BridgeResult<(&[i64], &[i64])> {
     let read = |at: *const i64| -> &[i64] {
         if ndims == 0 {
             &[]
@@ -266,17 +268,10 @@ unsafe fn dims_and_strides(
         }
     };
     let (dims, strides) = (read(array.dims), read(array.strides));
-    if dims.iter().fold(false, |negative, &d| negative | (d < 0)) {
+    if dims.iter().any(|&d| d < 0) {
         return Err(BridgeError::NegativeDim);
     }
-    // SAFETY: `usize` and `isize` have the size and alignment of `i64` (asserted above), every
-    // bit pattern is valid for both, and the dims are non-negative (checked above).
-    Ok(unsafe {
-        (
-            std::slice::from_raw_parts(dims.as_ptr().cast::<usize>(), ndims),
-            std::slice::from_raw_parts(strides.as_ptr().cast::<isize>(), ndims),
-        )
-    })
+    Ok((dims, strides))
 }
 
 /// Moves up to `capacity` ids of released shared arrays into `out`; returns how many. Julia

@@ -11,10 +11,9 @@
 //! a reference, so the address cannot come to name another object. Anything else is read by
 //! text, with pyo3's messages for wrong calls.
 //!
-//! The method is the type's `__dlpack__` class attribute: a method descriptor made while the
-//! type is built ([`descriptor`]), so every exporter has it from the start.
+//! The method is an entry of the exporter type's method table ([`DEFINITION`]).
 
-use super::exporter::Exporter;
+use super::exporter::ExporterObject;
 use crate::error::BridgeError;
 use crate::protocol::request::{
     ExportRequest, VersionRequest, copy_from_python, device_from_python, stream_from_python,
@@ -23,8 +22,8 @@ use crate::protocol::request::{
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple, PyType};
-use std::cell::{RefCell, UnsafeCell};
+use pyo3::types::{PyString, PyTuple};
+use std::cell::RefCell;
 
 /// The keywords, in slot order.
 const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
@@ -42,32 +41,21 @@ thread_local! {
     static LAST_VERSION: LastTuple<VersionRequest> = const { RefCell::new(None) };
 }
 
-/// The method descriptor for `Exporter.__dlpack__`, bound to `ty` (the exporter type, being
-/// built).
-pub(crate) fn descriptor<'py>(ty: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
-    /// CPython reads the definition for as long as the descriptor lives, i.e. the process.
-    struct Definition(UnsafeCell<ffi::PyMethodDef>);
-    // SAFETY: written only here, in the initialiser; CPython only reads it.
-    unsafe impl Sync for Definition {}
-    static DEFINITION: Definition = Definition(UnsafeCell::new(ffi::PyMethodDef {
-        ml_name: c"__dlpack__".as_ptr(),
-        ml_meth: ffi::PyMethodDefPointer {
-            PyCFunctionFastWithKeywords: dlpack,
-        },
-        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-        ml_doc: c"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, \
-                  copy=None)\n--\n\nA DLPack capsule over this tensor (the Python array API \
-                  protocol)."
-            .as_ptr(),
-    }));
-    // SAFETY: `ty` is a live type object and the definition is static (see above).
-    let raw = unsafe { ffi::PyDescr_NewMethod(ty.as_type_ptr(), DEFINITION.0.get()) };
-    // SAFETY: a new reference, or null with an exception set.
-    unsafe { Bound::from_owned_ptr_or_err(ty.py(), raw) }
-}
+/// `__dlpack__` in the exporter type's method table (see [`super::methods`]).
+pub(super) const DEFINITION: ffi::PyMethodDef = ffi::PyMethodDef {
+    ml_name: c"__dlpack__".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer {
+        PyCFunctionFastWithKeywords: dlpack,
+    },
+    ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+    ml_doc: c"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, \
+              copy=None)\n--\n\nA DLPack capsule over this tensor (the Python array API \
+              protocol)."
+        .as_ptr(),
+};
 
 /// The `METH_FASTCALL | METH_KEYWORDS` entry: Python calls it with the GIL held, `slf` an
-/// instance of the exporter type (the method descriptor checks it), `nargs` positional values
+/// object of the exporter type (the method descriptor checks it), `nargs` positional values
 /// in `args`, then one value per name in `kwnames` (a tuple, or null).
 unsafe extern "C" fn dlpack(
     slf: *mut ffi::PyObject,
@@ -104,14 +92,16 @@ unsafe fn call<'py>(
             "__dlpack__() takes 0 positional arguments but {nargs} were given"
         )));
     }
-    // SAFETY: a live object for the call (contract).
-    let receiver = unsafe { Bound::from_borrowed_ptr(py, slf) };
-    let exporter = receiver.cast::<Exporter>()?.get();
+    // SAFETY: an exporter object, live for the call (contract).
+    let exporter = unsafe { ExporterObject::of_receiver(slf) };
     // Borrowed, not owned: the caller keeps every argument alive for the call.
     let mut values: [Option<Borrowed<'_, 'py, PyAny>>; KEYWORDS.len()] = Default::default();
     if !kwnames.is_null() {
+        // Unchecked: vectorcall's `kwnames` is always an exact tuple, and in abi3 mode the
+        // check is a call into Python on every `__dlpack__`.
         // SAFETY: a live tuple of names for the call (contract).
-        let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) }.cast_into::<PyTuple>()?;
+        let names =
+            unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() };
         let slots = slots_of(&names)?;
         // `Py_SIZE`, inline: in abi3 mode `len()` is a call into Python.
         // SAFETY: a live tuple, whose header Python lays out as a PyVarObject.

@@ -24,7 +24,7 @@
 //! Every function catches panics: none crosses the C boundary.
 
 use super::allocator::managed_tensor_allocator;
-use super::exporter::Exporter;
+use super::exporter::{Exporter, ExporterObject};
 use crate::error::{BridgeError, BridgeResult, refuse_null};
 use crate::import::exchange_api::CAPSULE_NAME;
 use crate::python::names;
@@ -89,16 +89,14 @@ fn python_side(body: impl FnOnce(Python<'_>) -> BridgeResult<()>) -> c_int {
 }
 
 /// `object` as our exporter, or a TypeError naming what it was.
-fn exporter<'a, 'py>(
-    object: &'a Bound<'py, PyAny>,
+fn exporter<'a>(
+    object: &'a Bound<'_, PyAny>,
     function: &'static str,
-) -> BridgeResult<&'a Bound<'py, Exporter>> {
-    object
-        .cast::<Exporter>()
-        .map_err(|_| BridgeError::NotOurExporter {
-            function,
-            type_name: names::of_object(object),
-        })
+) -> BridgeResult<&'a ExporterObject> {
+    ExporterObject::of_object(object).ok_or_else(|| BridgeError::NotOurExporter {
+        function,
+        type_name: names::of_object(object),
+    })
 }
 
 /// `managed_tensor_from_py_object_no_sync`.
@@ -116,7 +114,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
         crate::python::release::drain(py, crate::python::release::Wait::No);
         // SAFETY: a live object the caller lends us for the call (contract).
         let object = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
-        let tensor = exporter(&object, NAME)?.get().managed_no_sync()?;
+        let tensor = exporter(&object, NAME)?.managed_no_sync()?;
         // SAFETY: `out` is writable (checked non-null; contract); ownership passes to the caller.
         unsafe { *out = tensor.into_raw() };
         Ok(())
@@ -136,7 +134,7 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(
         refuse_null!(NAME, "py_object and out", py_object, out);
         // SAFETY: a live object the caller lends us for the call (contract).
         let object = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
-        let exporter = exporter(&object, NAME)?.get();
+        let exporter = exporter(&object, NAME)?;
         let d = exporter.descriptor();
         if d.read_only() {
             return Err(BridgeError::ReadOnlyDLTensor);
@@ -150,7 +148,7 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(
             device: d.device().to_dlpack(),
             ndim: i32::try_from(d.ndim()).expect("at most MAX_NDIM dims"),
             dtype: d.element().to_dlpack(),
-            // The descriptor is boxed inside the exporter's shared source: these addresses
+            // The descriptor lies in the exporter's shared source (its `Arc`): these addresses
             // stay valid while the exporter lives. Consumers only read through them.
             shape: d.shape().as_ptr().cast_mut(),
             strides: d.strides().as_ptr().cast_mut(),
@@ -184,7 +182,8 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
         // Re-wrapped so that the producer's deleter runs only under the GIL, whichever thread
         // drops the last reference to the memory.
         let imported = crate::python::release::forward_owned(ImportedTensor::new(owned)?)?;
-        let object = Py::new(py, Exporter::new(imported, None)?)
+        let object = Exporter::new(imported, None)?
+            .into_object_of_built_type(py)
             .map_err(|e| BridgeError::producer("creating the exporter", e))?;
         // SAFETY: `out_py_object` is writable (checked non-null); the new reference passes to
         // the caller.

@@ -1,36 +1,62 @@
 //! The exporter: a Python object with `__dlpack__` and `__dlpack_device__` over a tensor that
 //! Rust owns (a Julia array's root, a copy buffer, a tensor from another producer).
 //!
-//! Every `__dlpack__` call hands out a new managed tensor whose owner shares the source, so
+//! Every `__dlpack__` call hands out a new managed tensor holding a reference to the source, so
 //! the source lives until the exporter and every consumer are done with it. Capsules nobody
 //! consumes are freed by their destructor (see [`crate::protocol::capsule`]). What each call
 //! hands out is the core's decision ([`rsdlpack::export::plan`]); this module carries it out.
 //!
-//! The type's Python face (`__dlpack__`, `__dlpack_c_exchange_api__`, …) is in
-//! [`super::methods`], above the modules that implement it, which use the type defined here.
+//! A share or an export allocates once ([`ExporterObject`]): the Python object's header, a
+//! count of its holders, the descriptor, what keeps the memory alive and room for a capsule's
+//! header, built where they lie (a descriptor is ~560 bytes). A capsule of the source's own
+//! memory takes that room while it is free ([`rsdlpack::export::described::HeaderSlot`]), so that an
+//! exporter consumed once allocates nothing more; a second capsule alive at the same time gets
+//! an allocation of its own. The Python object is one holder, each capsule another: the
+//! allocation outlives the object while a consumer still holds a capsule's tensor, and whoever
+//! lets go last (the object's `tp_dealloc` under the GIL, or a capsule's deleter on any thread)
+//! drops the source and frees it. So the allocation is this crate's, never Python's.
+//!
+//! The object's type and Python face (`__dlpack__`, `__dlpack_c_exchange_api__`, …) are in
+//! [`super::methods`], above the modules that implement them, which use the exporter defined
+//! here.
 
 use super::roots::JuliaRoot;
 use crate::error::BridgeResult;
 use crate::protocol::capsule::into_capsule;
 use crate::protocol::request::{ExportRequest, VersionRequest};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
 use rsdlpack::cuda::order::ReadyEvent;
 use rsdlpack::dlpark::Managed;
-use rsdlpack::dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
+use rsdlpack::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
 use rsdlpack::export::described::{
-    DescribingOwner, export_legacy_described, export_versioned_described,
+    DescribingOwner, HeaderSlot, SlotOwner, export_legacy_described, export_legacy_in_slot,
+    export_versioned_described, export_versioned_in_slot,
 };
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
-use rsdlpack::{ImportedTensor, IndexOrder, TensorDescriptor};
-use std::sync::Arc;
+use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-/// The tensor behind an exporter, and what keeps its memory alive.
-struct Source {
-    described: Described,
+/// An exporter's one allocation: its Python object (`rsdlpack.DLPackTensor`, whose layout
+/// this is), the count of its holders, and the source.
+#[repr(C)]
+pub(crate) struct ExporterObject {
+    /// Python's object header, written when the exporter becomes an object
+    /// ([`Exporter::into_object_of`]); Python's alone from then on, under the GIL.
+    header: MaybeUninit<ffi::PyObject>,
+    /// The Python object (or, before, the [`Exporter`] that will become it) and each capsule
+    /// of the source's own memory.
+    holders: AtomicUsize,
+    slot: HeaderSlot,
+    descriptor: TensorDescriptor,
+    /// Held for its drop.
+    _memory: Keeper,
     /// For device memory: the point in the stream on which its producer wrote it, recorded
     /// when the exporter was made. Consumers' streams are ordered after it; the producer's
     /// stream itself is not used again (it may be gone by the time a consumer comes).
@@ -38,133 +64,308 @@ struct Source {
     ready: Option<ReadyEvent>,
 }
 
-/// A source's descriptor with what keeps its memory alive until the exporter and every capsule
-/// are gone.
-enum Described {
+// SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
+// slot is `Sync` by itself; the descriptor never changes once built; the keeper and the event
+// are `Send` and used only by their drop, which runs once, by the last holder.
+unsafe impl Sync for ExporterObject {}
+
+/// What keeps a source's memory alive until the exporter and every capsule are gone.
+enum Keeper {
     /// A tensor from another producer (or a copy): its deleter runs when the source drops.
-    Tensor(ImportedTensor),
-    /// A Julia array: its root is released when the source drops. Held directly, not inside a
-    /// managed tensor nobody would see.
-    JuliaArray {
-        descriptor: Box<TensorDescriptor>,
-        /// Held for its drop only.
-        _root: JuliaRoot,
-    },
+    Tensor(#[allow(dead_code)] ManagedTensor),
+    /// A Julia array: its root is released when the source drops.
+    JuliaArray(#[allow(dead_code)] JuliaRoot),
 }
 
-impl Source {
-    /// `stream`: the `CUstream` device memory was written on (`None`: the legacy default).
-    fn new(described: Described, stream: Option<usize>) -> BridgeResult<Self> {
-        let mut source = Self {
-            described,
-            ready: None,
-        };
-        let device = source.descriptor().device();
+/// The exporter type once built (null before): objects of this type, and only those (it allows
+/// no subclasses), are [`ExporterObject`]s.
+pub(super) static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// A tensor offered to Python consumers through the DLPack protocol, not handed to Python yet:
+/// it holds its allocation until it becomes a `rsdlpack.DLPackTensor` (`into_pyobject`, see
+/// [`super::methods`]), or is dropped.
+pub struct Exporter(NonNull<ExporterObject>);
+
+// SAFETY: an exporter holds its allocation alone until it becomes a Python object, and the
+// source inside is `Send` (see `ExporterObject`'s `Sync`).
+unsafe impl Send for Exporter {}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        // SAFETY: the exporter's hold, given back once.
+        unsafe { ExporterObject::release(self.0.as_ptr()) };
+    }
+}
+
+/// An exporter's allocation being built: the descriptor written first (where it will stay), the
+/// rest by [`Self::finish`]. Dropped unfinished, it frees the allocation and drops nothing.
+struct Building(NonNull<ExporterObject>);
+
+impl Building {
+    #[inline]
+    fn new() -> Self {
+        let place = Box::into_raw(Box::<ExporterObject>::new_uninit()).cast::<ExporterObject>();
+        // SAFETY: the fresh allocation is ours alone; the descriptor is written in place.
+        unsafe { (&raw mut (*place).descriptor).write(TensorDescriptor::empty()) };
+        Self(NonNull::new(place).expect("a Box is never null"))
+    }
+
+    /// The descriptor, to describe the source where it lies.
+    #[inline]
+    fn descriptor(&mut self) -> &mut TensorDescriptor {
+        // SAFETY: the descriptor is initialised, and borrowed mutably through `self`, which
+        // alone reaches the allocation.
+        unsafe { &mut (*self.0.as_ptr()).descriptor }
+    }
+
+    /// The exporter, its memory kept alive by `memory`. `stream`: the `CUstream` device memory
+    /// was written on (`None`: the legacy default); on error `memory` is dropped before
+    /// returning.
+    #[inline]
+    fn finish(self, memory: Keeper, stream: Option<usize>) -> BridgeResult<Exporter> {
+        let place = self.0.as_ptr();
+        // SAFETY: the descriptor is initialised.
+        let device = unsafe { (*place).descriptor.device() };
+        let mut ready = None;
         if ordered_by_streams(device.kind) {
             // SAFETY: `stream` is the stream the exporter's creator named for this memory
             // (rsdlpack_py_export_with_stream's and rsdlpack_py_share's contracts) or the
             // legacy default stream (1).
             match unsafe { ReadyEvent::record(device.id, stream.unwrap_or(1)) } {
-                Ok(ready) => source.ready = Some(ready),
+                Ok(recorded) => ready = Some(recorded),
                 Err(rsdlpack::Error::NoCudaDriver) => {}
                 Err(error) => return Err(error.into()),
             }
         }
-        Ok(source)
-    }
-
-    fn descriptor(&self) -> &TensorDescriptor {
-        match &self.described {
-            Described::Tensor(tensor) => tensor.descriptor(),
-            Described::JuliaArray { descriptor, .. } => descriptor,
+        // SAFETY: the remaining fields but the header (written when the exporter becomes an
+        // object) are written in place; the allocation passes to the exporter, its one holder.
+        unsafe {
+            (&raw mut (*place).holders).write(AtomicUsize::new(1));
+            (&raw mut (*place).slot).write(HeaderSlot::new());
+            (&raw mut (*place)._memory).write(memory);
+            (&raw mut (*place).ready).write(ready);
         }
+        let exporter = Exporter(self.0);
+        std::mem::forget(self);
+        Ok(exporter)
     }
 }
 
-/// What a capsule's managed tensor owns, with the descriptor it restates: the header reads
-/// that descriptor in place (see [`rsdlpack::export::described`]). Memory owners are held for their
-/// drop.
+impl Drop for Building {
+    fn drop(&mut self) {
+        // SAFETY: unfinished: nothing but the descriptor (plain data) was written, and the
+        // allocation is `Box`'s, freed once here.
+        drop(unsafe { Box::from_raw(self.0.as_ptr().cast::<MaybeUninit<ExporterObject>>()) });
+    }
+}
+
+impl Exporter {
+    /// A producer's tensor, validated where the exporter keeps it; on error it is released
+    /// before returning. `stream`: for device tensors, the producer's stream (see
+    /// [`ExporterObject`]'s `ready`).
+    pub fn of_tensor(tensor: ManagedTensor, stream: Option<usize>) -> BridgeResult<Self> {
+        let mut building = Building::new();
+        if let Err(error) = tensor.describe_into(building.descriptor()) {
+            drop(tensor);
+            return Err(error.into());
+        }
+        building.finish(Keeper::Tensor(tensor), stream)
+    }
+
+    /// A tensor imported already (its descriptor validated then).
+    pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> BridgeResult<Self> {
+        let mut building = Building::new();
+        *building.descriptor() = *tensor.descriptor();
+        building.finish(Keeper::Tensor(tensor.into_managed()), stream)
+    }
+
+    /// A Julia array kept alive by `root` (released on error too), which `describe` writes
+    /// over the descriptor where the exporter keeps it
+    /// ([`TensorDescriptor::julia_layout_into`]).
+    #[inline]
+    pub fn of_julia_array(
+        root: JuliaRoot,
+        stream: Option<usize>,
+        describe: impl FnOnce(&mut TensorDescriptor) -> BridgeResult<()>,
+    ) -> BridgeResult<Self> {
+        let mut building = Building::new();
+        if let Err(error) = describe(building.descriptor()) {
+            drop(root);
+            return Err(error);
+        }
+        building.finish(Keeper::JuliaArray(root), stream)
+    }
+
+    /// The exporter as a new object of the exporter type `ty`, which takes over its hold.
+    ///
+    /// # Safety
+    /// `ty` is the exporter type ([`TYPE`]'s).
+    pub(super) unsafe fn into_object_of<'py>(
+        self,
+        py: Python<'py>,
+        ty: *mut ffi::PyTypeObject,
+    ) -> Bound<'py, PyAny> {
+        let object = self.0.as_ptr().cast::<ffi::PyObject>();
+        std::mem::forget(self);
+        // SAFETY: the header lies at the allocation's start (`repr(C)`), sized and aligned for
+        // a `PyObject`; `PyObject_Init` sets its type and reference count, and takes the
+        // reference every object of a heap type holds to it; the new reference passes to the
+        // `Bound`, and with it the exporter's hold.
+        unsafe {
+            ffi::PyObject_Init(object, ty);
+            Bound::from_owned_ptr(py, object)
+        }
+    }
+
+    /// The exporter as a new object of the exporter type as built (for the C exchange API's
+    /// `managed_tensor_to_py_object_no_sync`, which is reached through that type).
+    pub(crate) fn into_object_of_built_type<'py>(
+        self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ty = TYPE.load(Ordering::Acquire);
+        if ty.is_null() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "rsdlpack.DLPackTensor has not been made yet",
+            ));
+        }
+        // SAFETY: the exporter type, published once built.
+        Ok(unsafe { self.into_object_of(py, ty) })
+    }
+}
+
+/// A hold on an exporter's allocation, for a capsule the slot cannot serve; given back on drop.
+struct Held(NonNull<ExporterObject>);
+
+// SAFETY: the allocation is `Sync` and counts its holders atomically.
+unsafe impl Send for Held {}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: this hold, given back once.
+        unsafe { ExporterObject::release(self.0.as_ptr()) };
+    }
+}
+
+// SAFETY: the descriptor and the slot are fields of the allocation, which never moves and
+// lives while any holder does; `retain` and `release` count holders (see `ExporterObject`).
+unsafe impl SlotOwner for ExporterObject {
+    fn descriptor(&self) -> &TensorDescriptor {
+        &self.descriptor
+    }
+    fn slot(&self) -> &HeaderSlot {
+        &self.slot
+    }
+    fn retain(&self) {
+        // As `Arc::clone`: a new holder comes from an existing one, so no ordering is needed.
+        self.holders.fetch_add(1, Ordering::Relaxed);
+    }
+    unsafe fn release(owner: *const Self) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { Self::release(owner) }
+    }
+}
+
+/// What a capsule's managed tensor owns when the source's slot cannot serve it, with the
+/// descriptor it restates: the header reads that descriptor in place (see
+/// [`rsdlpack::export::described`]). Memory owners are held for their drop.
 enum CapsuleOwner {
-    /// The source itself, restated as it is.
-    Shared(Arc<Source>),
+    /// The source itself, restated as it is (its slot taken by another capsule).
+    Shared(Held),
     /// The source, restated otherwise (IS_COPIED cleared).
-    Restated(#[allow(dead_code)] Arc<Source>, Box<TensorDescriptor>),
+    Restated(#[allow(dead_code)] Held, Box<TensorDescriptor>),
     /// A private host copy of the source.
     Copy(#[allow(dead_code)] AlignedBuffer, Box<TensorDescriptor>),
     /// A private host copy of device memory, its descriptor inside.
     HostCopy(Box<rsdlpack::cuda::to_host::HostCopy>),
 }
 
-// SAFETY: every descriptor answered lives behind an `Arc` or a `Box` the owner holds (the
-// source's own is boxed in its `ImportedTensor` or beside its Julia root), and nothing
-// changes a descriptor once built: it stays put and unchanged however the owner moves.
+// SAFETY: every descriptor answered lives in the exporter's allocation (which a hold keeps) or
+// in a `Box` the owner holds, and nothing changes a descriptor once built: it stays put and
+// unchanged however the owner moves.
 unsafe impl DescribingOwner for CapsuleOwner {
     fn descriptor(&self) -> &TensorDescriptor {
         match self {
-            Self::Shared(source) => source.descriptor(),
+            // SAFETY: the hold keeps the allocation alive.
+            Self::Shared(held) => unsafe { &(*held.0.as_ptr()).descriptor },
             Self::Restated(_, descriptor) | Self::Copy(_, descriptor) => descriptor,
             Self::HostCopy(host) => &host.descriptor,
         }
     }
 }
 
-/// A tensor offered to Python consumers through the DLPack protocol.
-#[pyclass(frozen, name = "DLPackTensor", module = "rsdlpack")]
-pub struct Exporter {
-    source: Arc<Source>,
+/// What one export hands out the memory of: the source's own, or a private copy.
+enum Carried {
+    Source,
+    Copy(CapsuleOwner),
 }
 
-impl Exporter {
-    /// `stream`: for device tensors, the producer's stream (see [`Source`]).
-    pub fn new(tensor: ImportedTensor, stream: Option<usize>) -> BridgeResult<Self> {
-        Ok(Self {
-            source: Arc::new(Source::new(Described::Tensor(tensor), stream)?),
-        })
+impl ExporterObject {
+    /// The type's `tp_basicsize`.
+    pub(super) const SIZE: usize = size_of::<Self>();
+
+    /// `object`'s exporter, when it is an exporter object.
+    pub(crate) fn of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a Self> {
+        let ty = TYPE.load(Ordering::Acquire);
+        // SAFETY: a live object's header.
+        let ours = !ty.is_null() && unsafe { ffi::Py_TYPE(object.as_ptr()) } == ty;
+        // SAFETY: an object of the exporter type (just checked), alive as long as `object`.
+        ours.then(|| unsafe { Self::of_receiver(object.as_ptr()) })
     }
 
-    /// A Julia array described by `descriptor`, kept alive by `root`.
-    pub fn of_julia_array(
-        descriptor: Box<TensorDescriptor>,
-        root: JuliaRoot,
-        stream: Option<usize>,
-    ) -> BridgeResult<Self> {
-        let described = Described::JuliaArray {
-            descriptor,
-            _root: root,
-        };
-        Ok(Self {
-            source: Arc::new(Source::new(described, stream)?),
-        })
+    /// The exporter that `object` is.
+    ///
+    /// # Safety
+    /// `object` is a live exporter object (a method's receiver, which its method descriptor
+    /// checked), alive for `'a`.
+    pub(crate) unsafe fn of_receiver<'a>(object: *mut ffi::PyObject) -> &'a Self {
+        // SAFETY: an exporter object is its allocation's start (contract).
+        unsafe { &*object.cast::<Self>() }
+    }
+
+    /// Gives back one hold on the allocation at `object`; the last drops the source and frees
+    /// the allocation. Any thread: a capsule's deleter runs where its consumer frees it.
+    ///
+    /// # Safety
+    /// The caller holds `object` (built, see [`Building::finish`]) and does not use the hold
+    /// again.
+    pub(super) unsafe fn release(object: *const Self) {
+        // Release: this holder's uses happen before the last holder's drop (as `Arc`'s).
+        // SAFETY: held until this decrement.
+        if unsafe { (*object).holders.fetch_sub(1, Ordering::Release) } != 1 {
+            return;
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        let object = object.cast_mut();
+        // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
+        // are dropped once (the keeper, then the event); the slot and the descriptor have
+        // none, and the header is Python's memory no longer (its object was deallocated, or
+        // never made). The allocation is `Box`'s (`Building::new`).
+        unsafe {
+            std::ptr::drop_in_place(&raw mut (*object)._memory);
+            std::ptr::drop_in_place(&raw mut (*object).ready);
+            drop(Box::from_raw(object.cast::<MaybeUninit<Self>>()));
+        }
     }
 
     /// What `__dlpack__` answers for `request` (see [`super::dlpack_method`]).
+    #[inline]
     pub(crate) fn dlpack<'py>(
         &self,
         py: Python<'py>,
         request: &ExportRequest,
     ) -> BridgeResult<Bound<'py, PyCapsule>> {
         crate::python::release::drain(py, crate::python::release::Wait::No);
-        self.export(py, request)
-    }
-
-    fn export<'py>(
-        &self,
-        py: Python<'py>,
-        request: &ExportRequest,
-    ) -> BridgeResult<Bound<'py, PyCapsule>> {
         let plan = plan_export(&self.facts(), request)?;
-        let owner = self.carry_out(plan.memory)?;
         match plan.capsule {
-            Capsule::Versioned { minor } => {
-                into_capsule(py, export_versioned_described(owner, minor)?)
-            }
-            Capsule::Legacy => into_capsule(py, export_legacy_described(owner)?),
+            Capsule::Versioned { minor } => into_capsule(py, self.versioned(plan.memory, minor)?),
+            Capsule::Legacy => into_capsule(py, self.legacy(plan.memory)?),
         }
     }
 
     /// The validated tensor behind this exporter.
     pub(crate) fn descriptor(&self) -> &rsdlpack::TensorDescriptor {
-        self.source.descriptor()
+        &self.descriptor
     }
 
     /// What [`plan_export`] needs to know about the source.
@@ -191,11 +392,39 @@ impl Exporter {
             copy: None,
         };
         let plan = plan_export(&self.facts(), &request)?;
-        let owner = self.carry_out(plan.memory)?;
-        Ok(export_versioned_described(
-            owner,
-            DLPackVersion::CURRENT.minor,
-        )?)
+        self.versioned(plan.memory, DLPackVersion::CURRENT.minor)
+    }
+
+    /// A versioned tensor over `memory`, declaring 1.`minor`: the source's memory in its slot
+    /// while that is free. Called with the GIL held (every caller is a Python method or a
+    /// function of the C exchange API), which serialises the slot's claims.
+    fn versioned(
+        &self,
+        memory: Memory,
+        minor: u32,
+    ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
+        let owner = match self.carry_out(memory)? {
+            // SAFETY: the GIL serialises the exports of an exporter (see above).
+            Carried::Source => match unsafe { export_versioned_in_slot(self, minor) }? {
+                Some(tensor) => return Ok(tensor),
+                None => self.shared(),
+            },
+            Carried::Copy(owner) => owner,
+        };
+        Ok(export_versioned_described(owner, minor)?)
+    }
+
+    /// [`Self::versioned`] in the legacy ABI.
+    fn legacy(&self, memory: Memory) -> BridgeResult<Managed<DLManagedTensor>> {
+        let owner = match self.carry_out(memory)? {
+            // SAFETY: as in `versioned`.
+            Carried::Source => match unsafe { export_legacy_in_slot(self) }? {
+                Some(tensor) => return Ok(tensor),
+                None => self.shared(),
+            },
+            Carried::Copy(owner) => owner,
+        };
+        Ok(export_legacy_described(owner)?)
     }
 
     /// Orders the legacy default stream after the stream that wrote a CUDA or managed source
@@ -210,7 +439,7 @@ impl Exporter {
     /// Makes `consumer` (1, 2 or a live `CUstream` of the source's device) wait for the
     /// producer's writes.
     fn order_before(&self, consumer: usize) -> BridgeResult<()> {
-        match &self.source.ready {
+        match &self.ready {
             // SAFETY: `consumer` is the stream the DLPack consumer will use, which the protocol
             // requires to be live on this device (or the legacy default stream).
             Some(ready) => Ok(unsafe { ready.order_before(consumer) }?),
@@ -219,16 +448,16 @@ impl Exporter {
         }
     }
 
-    /// The owner of one export, as [`plan_export`] decided: the source itself (its consumer's
+    /// The memory of one export, as [`plan_export`] decided: the source itself (its consumer's
     /// stream ordered after the producer's, for CUDA memory), or a host copy.
-    fn carry_out(&self, memory: Memory) -> BridgeResult<CapsuleOwner> {
+    fn carry_out(&self, memory: Memory) -> BridgeResult<Carried> {
         let descriptor = self.descriptor();
         match memory {
             Memory::Shared { consumer_stream } => {
                 if let Some(consumer) = consumer_stream {
                     self.order_before(consumer)?;
                 }
-                Ok(self.shared())
+                Ok(Carried::Source)
             }
             Memory::HostCopy => {
                 // SAFETY: the source's memory is alive (we own it) and host-readable (the plan
@@ -238,31 +467,33 @@ impl Exporter {
                 // racing writer yields a mix of old and new values, never invalid ones.
                 let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
                 let spec = Box::new(descriptor.copied_at(buffer.as_ptr() as usize));
-                Ok(CapsuleOwner::Copy(buffer, spec))
+                Ok(Carried::Copy(CapsuleOwner::Copy(buffer, spec)))
             }
             Memory::DeviceToHost => {
-                if self.source.ready.is_none() {
+                if self.ready.is_none() {
                     rsdlpack::cuda::driver()?;
                 }
                 // SAFETY: the source's device memory is alive (we own it).
                 let host = unsafe {
-                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.source.ready.as_ref())
+                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.ready.as_ref())
                 }?;
-                Ok(CapsuleOwner::HostCopy(Box::new(host)))
+                Ok(Carried::Copy(CapsuleOwner::HostCopy(Box::new(host))))
             }
         }
     }
 
-    /// A capsule over the source itself. Several capsules share the memory, so none may claim
-    /// IS_COPIED (a private copy), whatever the source said.
+    /// An owner over the source itself, for a capsule the slot cannot hold. Several capsules
+    /// share the memory, so none may claim IS_COPIED (a private copy), whatever the source
+    /// said.
     fn shared(&self) -> CapsuleOwner {
-        let source = Arc::clone(&self.source);
-        // The source's own unless the flag must change: this is every zero-copy export.
+        self.retain();
+        let held = Held(NonNull::from(self));
+        // The source's own unless the flag must change.
         if self.descriptor().is_copied() {
             let restated = Box::new(self.descriptor().with_is_copied(false));
-            CapsuleOwner::Restated(source, restated)
+            CapsuleOwner::Restated(held, restated)
         } else {
-            CapsuleOwner::Shared(source)
+            CapsuleOwner::Shared(held)
         }
     }
 }

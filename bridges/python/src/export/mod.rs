@@ -18,3 +18,4 @@ pub mod roots;
 pub mod share_into;
 
 pub use exporter::Exporter;
+pub use methods::exporter_type;

@@ -4,51 +4,91 @@
 //! A consumer may release the tensor on any thread (Python frees where it likes), and no Julia
 //! code may run there, so the owner's drop only queues the id; Julia takes the queued ids
 //! ([`take_released`]) when it next enters RsDLPack on a Julia thread and unroots them.
+//!
+//! The queue has a slot in front of it: an id released while the slot is empty goes there with
+//! one atomic exchange, and the next take empties it with another. A share consumed at once
+//! (the common pattern: `np.from_dlpack(share(A))`, each call's released root taken by the
+//! next) never touches the lock. Ids released while the slot is full, and the slot's own
+//! sentinel id, go to the queue under its lock.
 
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+/// The slot: one released id, or [`VACANT`].
+static LATEST: AtomicU64 = AtomicU64::new(VACANT);
+/// The id the slot reads as empty; an id equal to it is queued instead.
+const VACANT: u64 = u64::MAX;
+/// Ids released while the slot was full.
 static RELEASED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
-/// How many ids wait in `RELEASED`: read without the lock by every entry point.
-static RELEASED_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// How many ids wait in `RELEASED` (set under its lock): read without the lock.
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
 
 /// The owner inside an exported Julia array's tensor.
 pub struct JuliaRoot(pub u64);
 
+/// A [`JuliaRoot`] whose release is noted on the thread that drops it
+/// ([`last_released_here`]): the owner handed to a consumer's C API, which may release it
+/// before returning (see [`super::share_into`]).
+pub struct NotedRoot(pub JuliaRoot);
+
 thread_local! {
-    /// The id of the root last released on this thread (see [`last_released_here`]).
+    /// The id of the noted root last released on this thread (see [`last_released_here`]).
     static LAST_RELEASED: Cell<u64> = const { Cell::new(0) };
+}
+
+impl Drop for NotedRoot {
+    fn drop(&mut self) {
+        LAST_RELEASED.set(self.0.0);
+    }
 }
 
 impl Drop for JuliaRoot {
     fn drop(&mut self) {
-        LAST_RELEASED.set(self.0);
-        let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
-        released.push(self.0);
-        RELEASED_COUNT.store(released.len(), Ordering::Release);
+        let id = self.0;
+        // Release: the id is published with whatever the consumer did before dropping it.
+        if id == VACANT
+            || LATEST
+                .compare_exchange(VACANT, id, Ordering::Release, Ordering::Relaxed)
+                .is_err()
+        {
+            let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+            released.push(id);
+            QUEUED.store(released.len(), Ordering::Release);
+        }
     }
 }
 
-/// The id of the root whose owner was last dropped on this thread: tells whether a call that
-/// was handed an owner released it before returning.
+/// The id of the [`NotedRoot`] last dropped on this thread: tells whether a call that was
+/// handed one released it before returning.
 pub fn last_released_here() -> u64 {
     LAST_RELEASED.get()
 }
 
-/// How many released root ids wait for Julia (a hint: it may grow right after).
+/// How many released root ids wait for Julia (a hint: it may change right after).
 pub fn released_count() -> usize {
-    RELEASED_COUNT.load(Ordering::Acquire)
+    QUEUED.load(Ordering::Acquire) + usize::from(LATEST.load(Ordering::Acquire) != VACANT)
 }
 
 /// Moves up to `out.len()` released ids into `out`; returns how many.
 pub fn take_released(out: &mut [u64]) -> usize {
-    let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
-    let n = released.len().min(out.len());
-    let rest = released.len() - n;
-    out[..n].copy_from_slice(&released[rest..]);
-    released.truncate(rest);
-    RELEASED_COUNT.store(rest, Ordering::Release);
+    let mut n = 0;
+    if QUEUED.load(Ordering::Acquire) > 0 {
+        let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+        n = released.len().min(out.len());
+        let rest = released.len() - n;
+        out[..n].copy_from_slice(&released[rest..]);
+        released.truncate(rest);
+        QUEUED.store(rest, Ordering::Release);
+    }
+    if n < out.len() {
+        // Acquire: pairs with the drop's Release.
+        let id = LATEST.swap(VACANT, Ordering::Acquire);
+        if id != VACANT {
+            out[n] = id;
+            n += 1;
+        }
+    }
     n
 }
 
@@ -80,5 +120,23 @@ mod tests {
         taken.sort_unstable();
         assert_eq!(taken, [1, 2, 3, 4, 5]);
         assert_eq!((released_count(), take_released(&mut batch)), (0, 0));
+    }
+
+    #[test]
+    fn the_slot_sentinel_is_an_id_like_any_other() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sink = [0u64; 64];
+        while take_released(&mut sink) > 0 {}
+        drop(JuliaRoot(VACANT));
+        drop(JuliaRoot(0));
+        assert_eq!(released_count(), 2);
+        let mut batch = [0u64; 1];
+        let mut taken = Vec::new();
+        while take_released(&mut batch) == 1 {
+            taken.push(batch[0]);
+        }
+        taken.sort_unstable();
+        assert_eq!(taken, [0, VACANT]);
+        assert_eq!(released_count(), 0);
     }
 }

@@ -15,7 +15,7 @@
 //! The object must be of the type asked for (a subclass inheriting torch's table gets a plain
 //! `torch.Tensor` from it, which is refused by name).
 
-use super::roots::{self, JuliaRoot};
+use super::roots::{self, JuliaRoot, NotedRoot};
 use crate::error::{BridgeError, BridgeResult};
 use crate::import::exchange_api::ExchangeApi;
 use crate::import::type_info::type_info_of;
@@ -47,7 +47,7 @@ pub fn share_into<'py>(
     order_for_consumer(ty, api, descriptor, stream)?;
     let root_id = root.0;
     let (_, minor) = api.version();
-    let tensor = rsdlpack::export::export_versioned(descriptor, root, minor)?;
+    let tensor = rsdlpack::export::export_versioned(descriptor, NotedRoot(root), minor)?;
     let object = api.managed_tensor_to_py_object(
         ty.py(),
         || type_name(ty),

@@ -74,6 +74,20 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
     tensor.complete()
 }
 
+/// [`release_here_or_defer`] for an imported tensor: on a thread that holds the GIL, host
+/// memory (which orders after nothing) is released at once, without a pending release.
+pub fn release_imported_here_or_defer(tensor: ImportedTensor) -> rsdlpack::Result<()> {
+    let tensor = if this_thread_holds_the_gil() {
+        match tensor.release_if_unordered() {
+            Ok(()) => return Ok(()),
+            Err(tensor) => tensor,
+        }
+    } else {
+        tensor
+    };
+    release_here_or_defer(tensor.into_release())
+}
+
 /// A forwarded tensor's release (see [`forward`]): at once when nothing needs waiting for and this
 /// thread holds the GIL, else queued. A deleter may be called with locks of its caller held that
 /// another Python thread could need, so it neither lets go of the GIL to wait nor waits holding
@@ -109,12 +123,19 @@ pub enum Wait {
 /// Releases queued tensors (all of them with [`Wait::Yes`], waiting for their GPU work with the
 /// GIL released) and returns how many. Call with the GIL held (a `Python` token proves it),
 /// from an entry point rather than a deleter (see `release_forwarded`).
+#[inline]
 pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
     // Set under the lock after each push, cleared under the lock here: a push that this load
     // misses is drained by the next call.
     if !MAYBE_PENDING.load(Ordering::Acquire) {
         return 0;
     }
+    drain_queued(py, wait)
+}
+
+/// [`drain`] past its check (out of line: every bridge call makes the check).
+#[inline(never)]
+fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
         // Asking does not wait; host tensors and completed fences are ready, and a fallback

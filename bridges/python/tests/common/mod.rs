@@ -151,7 +151,10 @@ pub fn with_exporter<'py>(
     globals
         .set_item(
             "exporter",
-            Py::new(py, Exporter::new(tensor, None).unwrap()).unwrap(),
+            Exporter::new(tensor, None)
+                .unwrap()
+                .into_pyobject(py)
+                .unwrap(),
         )
         .unwrap();
     let prelude = "import gc\nimport numpy as np\n\
