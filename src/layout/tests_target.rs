@@ -115,6 +115,20 @@ fn typed_requests_check_element_type_and_rank_first() {
     assert!(message.contains("DLPackRaw{10, 8}"), "{message}");
     request.element = Some(fp8.element());
     assert!(plan_for(&fp8, &request).is_ok());
+    // A packed sub-byte tensor arrives as one byte vector, whatever its shape: rank 1.
+    let fp4 = ElementType::PackedBits { code: 17, bits: 4 };
+    let packed = crate::test_support::host_descriptor(1 << 20, &[2, 4], &[4, 1], fp4);
+    request.element = Some(fp4);
+    request.ndim = Some(1);
+    assert!(plan_for(&packed, &request).is_ok());
+    request.ndim = Some(2);
+    assert!(matches!(
+        plan_for(&packed, &request),
+        Err(Error::RankMismatch {
+            expected: 2,
+            found: 1
+        })
+    ));
 }
 
 #[test]
