@@ -210,6 +210,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn grows_in_place_and_compares_by_contents_with_every_kind_of_list() {
+        let mut dims: DimVec<i64> = DimVec::from_slice(&[1, 2]).unwrap();
+        dims.grow_to(4, 9);
+        assert_eq!(dims.len(), 4);
+        let same = DimVec::from_slice(&[1, 2, 9, 9]).unwrap();
+        let other = DimVec::from_slice(&[1, 2, 9, 8]).unwrap();
+        assert!(dims == same && dims != other);
+        assert!(dims == vec![1, 2, 9, 9] && dims != vec![1, 2, 9]);
+        assert!(dims == [1i64, 2, 9, 9][..] && dims != [1i64, 2, 9][..]);
+        assert!(dims == [1i64, 2, 9, 9] && dims != [1i64, 2, 9, 8]);
+    }
+
+    #[test]
     fn reads_compares_and_prints_like_a_slice() {
         let mut dims: DimVec<i64> = [3, 4].into_iter().collect();
         dims.push(5);
