@@ -236,17 +236,6 @@ fn dense_view_into(
     true
 }
 
-/// `dividend / divisor` for a divisor known to divide it, trying the `likely` quotient first:
-/// a dense tensor's parent dims are its lengths and its steps are 1, and a multiplication is
-/// far cheaper than a 64-bit division.
-fn exact_quotient(dividend: u64, divisor: u64, likely: u64) -> u64 {
-    if divisor.checked_mul(likely) == Some(dividend) {
-        likely
-    } else {
-        dividend / divisor
-    }
-}
-
 /// Sorts `varying` (dims, in position order) and their `links` by stride, stably: an insertion
 /// sort, cheap for the few dims of real tensors.
 fn rank_by_stride(varying: &mut [u8], links: &mut [Link]) {
@@ -407,7 +396,7 @@ impl<'a> Parent<'a> {
         match self.strides.get(r + 1) {
             // `P[0] = 1`: nothing to divide.
             Some(&next) if r == 0 => next,
-            Some(&next) => exact_quotient(next, self.strides[r], self.links[r].len),
+            Some(&next) => next / self.strides[r],
             None => self.last_dim,
         }
     }
@@ -419,7 +408,7 @@ impl<'a> Parent<'a> {
         } else if r == 0 {
             self.links[0].stride as usize
         } else {
-            exact_quotient(self.links[r].stride, self.strides[r], 1) as usize
+            (self.links[r].stride / self.strides[r]) as usize
         }
     }
 }
