@@ -90,9 +90,30 @@ function plan_options(::Type{A}, copy, order::Symbol, readonly::Bool) where {A}
                        is_plain(A) ? DENSE_REQUIRED : DENSE_ANY_LAYOUT, 0)
 end
 
-# Every call refuses to wait for the GIL (see `from_dlpack`).
-plan_flags(::Type{A}) where {A} =
-    UInt32(CALL_REFUSE_WITHOUT_GIL) | (writable_type(A) ? UInt32(PLAN_WRITABLE_TYPE) : UInt32(0))
+# Every call refuses to wait for the GIL (see `from_dlpack`); `writable`: the result's type has
+# no read-only form.
+import_flags(writable::Bool) =
+    UInt32(CALL_REFUSE_WITHOUT_GIL) | (writable ? UInt32(PLAN_WRITABLE_TYPE) : UInt32(0))
+
+"""
+    owned_import(make, import_call, pointer_of, obj, options, request, flags) -> (result, plan)
+
+One call into the bridge (`import_call`: `python_import_plan` or `python_import_strided_plan`),
+then `make(plan, owner)` builds the result. Nothing holds the tensor if `make` throws: it is
+released at once.
+"""
+function owned_import(make, import_call, pointer_of, obj, options::ImportOptions, request::PlanOptions,
+                      flags::UInt32)
+    plan = GC.@preserve obj import_call(pointer_of(obj), options, request, flags)
+    owner = TensorOwner(plan.tensor)
+    result = try
+        make(plan, owner)
+    catch
+        release_now!(owner)  # nothing wraps the tensor: release it now, not at GC
+        rethrow()
+    end
+    return result, plan
+end
 
 "The Julia array for a planned import, for a target array type."
 wrap_imported(::Type{A}, plan, owner) where {A<:Array} =
@@ -113,15 +134,8 @@ function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=not
                        order::Symbol=:producer, readonly::Bool=false) where {A}
     # Every argument is checked before the tensor exists.
     request = plan_options(A, copy, order, readonly || A <: ReadOnlyArray)
-    options = import_options(A, copy)
-    plan = GC.@preserve obj python_import_plan(pointer_of(obj), options, request, plan_flags(A))
-    owner = TensorOwner(plan.tensor)
-    result = try
-        wrap_imported(A, plan, owner)
-    catch
-        release_now!(owner)  # nothing wraps the tensor: release it now, not at GC
-        rethrow()
-    end
+    result, plan = owned_import((plan, owner) -> wrap_imported(A, plan, owner), python_import_plan, pointer_of,
+                                obj, import_options(A, copy), request, import_flags(writable_type(A)))
     # Plain forms and ReadOnlyArray targets are what was asked for already (wrapping a
     # ReadOnlyArray again would give a result `share` cannot export; the core refused read-only
     # memory for the others); otherwise a view of memory the producer marked read-only stays

@@ -49,19 +49,11 @@ end
 The strided import: one call into the bridge, then `make(plan, owner)` builds the result (from
 `strided_parts`); `read_only` says whether it shares memory the producer marked read-only.
 `writable_type`: the result has no read-only form (read-only memory is refused unless copied).
-Nothing holds the tensor if `make` throws: it is released at once.
+The bridge call and the tensor's ownership are `owned_import`'s.
 """
 function import_strided(make, pointer_of, ::Type{P}, obj, request::PlanOptions, writable_type::Bool;
                         copy::Union{Nothing,Bool}) where {P}
-    flags = UInt32(CALL_REFUSE_WITHOUT_GIL) | (writable_type ? UInt32(PLAN_WRITABLE_TYPE) : UInt32(0))
-    options = import_options(P, copy)
-    plan = GC.@preserve obj python_import_strided_plan(pointer_of(obj), options, request, flags)
-    owner = TensorOwner(plan.tensor)
-    result = try
-        make(plan, owner)
-    catch
-        release_now!(owner)  # nothing wraps the tensor: release it now, not at GC
-        rethrow()
-    end
+    result, plan = owned_import(make, python_import_strided_plan, pointer_of, obj, import_options(P, copy),
+                                request, import_flags(writable_type))
     return result, plan.read_only != 0
 end
