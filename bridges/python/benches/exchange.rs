@@ -89,16 +89,7 @@ fn import_with(object: *mut ffi::PyObject, options: Option<&RsdlImportOptions>) 
 }
 
 /// What Julia's `from_dlpack(Array, a)` asks of the planner.
-const JULIA_ARRAY: RsdlPlanOptions = RsdlPlanOptions {
-    element_code: -1,
-    ndims: -1,
-    target: 0,
-    order: 0,
-    copy: -1,
-    readonly: 0,
-    dense: 0,
-    reserved: 0,
-};
+const JULIA_ARRAY: RsdlPlanOptions = RsdlPlanOptions::any();
 
 fn import_plan_with(object: *mut ffi::PyObject, options: &RsdlImportOptions) {
     let mut result = std::mem::MaybeUninit::<RsdlImportResult>::uninit();

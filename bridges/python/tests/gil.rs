@@ -8,9 +8,9 @@ use common::*;
 use pyo3::prelude::*;
 use rsdlpack_python::ErrorCode;
 use rsdlpack_python::c_abi::{
-    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_ANY, RsdlArrayExport, RsdlImportResult,
-    RsdlPlanOptions, RsdlShareResult, RsdlStridedPlan, rsdlpack_error_free,
-    rsdlpack_imported_release, rsdlpack_py_flush_releases, rsdlpack_py_flush_releases_with_flags,
+    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RsdlArrayExport, RsdlImportResult, RsdlPlanOptions,
+    RsdlShareResult, RsdlStridedPlan, rsdlpack_error_free, rsdlpack_imported_release,
+    rsdlpack_py_flush_releases, rsdlpack_py_flush_releases_with_flags,
     rsdlpack_py_import_plan_with_flags, rsdlpack_py_import_strided_plan,
     rsdlpack_py_pending_releases, rsdlpack_py_share_into_with_flags, rsdlpack_py_share_with_flags,
     rsdlpack_py_take_released_roots, rsdlpack_tensor_release,
@@ -77,21 +77,9 @@ fn take_message(message: *mut std::ffi::c_char) -> String {
     text
 }
 
-/// A host request with no typed constraints.
-const ANY_PLAN: RsdlPlanOptions = RsdlPlanOptions {
-    element_code: RSDLPACK_PLAN_ANY,
-    ndims: RSDLPACK_PLAN_ANY,
-    target: 0,
-    order: 0,
-    copy: -1,
-    readonly: 0,
-    dense: 0,
-    reserved: 0,
-};
-
 /// What `rsdlpack_py_import_plan_with_flags` answers for `object` (an address) on this thread.
 fn import_plan(object: usize, flags: u32) -> (i32, String, usize) {
-    let plan_options = ANY_PLAN;
+    let plan_options = RsdlPlanOptions::any();
     let mut out = std::mem::MaybeUninit::<RsdlImportResult>::uninit();
     let mut error = std::ptr::null_mut();
     // SAFETY: `object` is a live NumPy array the calling test keeps; the rest are ours.
@@ -167,7 +155,7 @@ fn calls_that_may_not_wait_refuse_at_once_while_another_thread_holds_the_gil() {
                     rsdlpack_py_import_strided_plan(
                         object as *mut _,
                         std::ptr::null(),
-                        &ANY_PLAN,
+                        &RsdlPlanOptions::any(),
                         refuse,
                         strided.as_mut_ptr(),
                         &mut e4,

@@ -45,6 +45,23 @@ pub struct RsdlPlanOptions {
 }
 
 impl RsdlPlanOptions {
+    /// Any element type and rank, as a host array in the producer's order, copied only when
+    /// needed, read-only memory refused, any layout: what Julia's untyped `from_dlpack(Array, t)`
+    /// asks for. (A function, not an associated const: cbindgen would write that into the
+    /// header.)
+    pub const fn any() -> Self {
+        Self {
+            element_code: RSDLPACK_PLAN_ANY,
+            ndims: RSDLPACK_PLAN_ANY,
+            target: RsdlTarget::HostArray as u32,
+            order: RsdlIndexOrder::Producer as u32,
+            copy: RsdlCopy::IfNeeded as i32,
+            readonly: RsdlAccess::Writable as u32,
+            dense: RsdlDense::AnyLayout as u32,
+            reserved: 0,
+        }
+    }
+
     // Inlined, as `RsdlImportOptions::read`: its `Result` would come back through memory.
     #[inline]
     fn parse(&self) -> BridgeResult<ArrayRequest> {
