@@ -354,6 +354,13 @@ pub enum Error {
          (queued releases wait by themselves)"
     )]
     ReleaseDuringCapture,
+
+    #[error(
+        "the producer's CUDA stream is being captured into a graph, so the work that writes this \
+         tensor has not run and nothing outside that capture can wait for it; hand the tensor \
+         over after the capture has ended (or from a stream that is not capturing)"
+    )]
+    ProducerCapturing,
 }
 
 impl Error {
@@ -400,6 +407,7 @@ impl Error {
             | Self::NoDeviceCopies
             | Self::HostCopyNotOnDevice { .. }
             | Self::StreamNotHonoured { .. }
+            | Self::ProducerCapturing
             | Self::NoCudaDriver
             | Self::CudaInit { .. }
             | Self::NotOnTarget { .. }
@@ -592,6 +600,7 @@ mod tests {
             (Error::NotCudaMemory { device }, InvalidInput),
             (Error::ReleaseNeedsStream, InvalidInput),
             (Error::ReleaseDuringCapture, InvalidInput),
+            (Error::ProducerCapturing, BufferRefusal),
             (Error::NoCudaDriver, BufferRefusal),
             (
                 Error::CudaInit {

@@ -72,17 +72,18 @@ fn ordering_disabled() -> bool {
 
 /// The CUDA device whose streams can use `descriptor`'s memory, or `None` when no device
 /// work can touch it (host memory, or an empty tensor). Pinned host memory belongs to no
-/// device; DLPack gives it id 0 and so does this (as the pointer check does).
+/// device: the device of the context current now stands for it
+/// ([`crate::cuda::device_of_memory`]).
 pub fn ordering_device(descriptor: &TensorDescriptor) -> Option<i32> {
     let device = descriptor.device();
-    if descriptor.element_count() == 0 {
+    if descriptor.element_count() == 0 || !device.kind.is_cuda() {
         return None;
     }
-    match device.kind {
-        DeviceKind::Cuda | DeviceKind::CudaManaged => Some(device.id),
-        DeviceKind::CudaHost => Some(0),
+    let current = match device.kind {
+        DeviceKind::CudaHost => crate::cuda::current_device(),
         _ => None,
-    }
+    };
+    crate::cuda::device_of_memory(device.kind, device.id, current)
 }
 
 /// What keeps a consumer's stream alive for an imported tensor's release (see the module
@@ -116,8 +117,9 @@ pub struct PendingRelease {
     fence: Option<ReleaseFence>,
     /// A failure while recording the fence, returned by [`Self::complete`].
     error: Option<Error>,
-    /// Keeps the consumer's stream alive until every event is recorded on it.
-    stream_keeper: Option<StreamKeeper>,
+    /// Keep the consumer's stream (and the caller's, where one was named with a keeper) alive
+    /// until every event is recorded on them.
+    stream_keepers: Vec<StreamKeeper>,
 }
 
 impl PendingRelease {
@@ -127,13 +129,14 @@ impl PendingRelease {
             managed: Some(managed),
             fence: None,
             error: None,
-            stream_keeper: None,
+            stream_keepers: Vec::new(),
         }
     }
 
     /// A release of `managed` ordered after the work enqueued so far on the consumer's stream
     /// and on `caller` (a `CUstream` value), when its memory is on a device: `device`, its
-    /// [`ordering_device`].
+    /// [`ordering_device`]. `stream_keepers` keep those streams alive until the events are
+    /// recorded on them (a capture may defer a record past this call).
     ///
     /// # Safety
     /// The consumer's stream and `caller` must each be 1, 2 or a live `CUstream` of the
@@ -143,7 +146,7 @@ impl PendingRelease {
         device: Option<i32>,
         consumer: ConsumerOrdering,
         caller: Option<usize>,
-        stream_keeper: Option<StreamKeeper>,
+        stream_keepers: Vec<StreamKeeper>,
     ) -> Self {
         let Some(device) = device else {
             return Self::unordered(managed);
@@ -180,16 +183,18 @@ impl PendingRelease {
             managed: Some(managed),
             fence: Some(fence),
             error,
-            stream_keeper,
+            stream_keepers,
         };
         release.let_streams_go_once_recorded();
         release
     }
 
-    /// Drops the stream keeper once every event is recorded (a capture may defer one).
+    /// Drops the stream keepers once every event is recorded (a capture may defer one).
     fn let_streams_go_once_recorded(&mut self) {
-        if self.stream_keeper.is_some() && self.fence.as_mut().is_none_or(ReleaseFence::can_wait) {
-            self.stream_keeper = None;
+        if !self.stream_keepers.is_empty()
+            && self.fence.as_mut().is_none_or(ReleaseFence::all_recorded)
+        {
+            self.stream_keepers.clear();
         }
     }
 
@@ -223,22 +228,43 @@ impl PendingRelease {
 
     /// Waits on the host for the consumer's work without running the deleter yet (so that a
     /// caller can wait without a lock the deleter needs, such as Python's GIL). A failure is
-    /// kept for [`Self::complete`].
+    /// kept for [`Self::complete`]. A wait that a graph capture kept from finishing (an event
+    /// still deferred, a context synchronisation the capture refused) leaves the release
+    /// pending: [`Self::is_waited`] says so, and a queue keeps it.
     pub fn wait(&mut self) {
-        if let Some(Err(error)) = self.fence.take().map(ReleaseFence::wait) {
-            self.error.get_or_insert(error);
+        let Some(fence) = self.fence.as_mut() else {
+            return;
+        };
+        let waited = fence.wait();
+        if fence.is_settled() {
+            self.fence = None;
+            if let Err(error) = waited {
+                self.error.get_or_insert(error);
+            }
         }
     }
 
+    /// Whether nothing is left to wait for before the deleter may run (true before any wait
+    /// for a release that orders after nothing; false after a wait a capture kept from
+    /// finishing).
+    pub fn is_waited(&self) -> bool {
+        self.fence.is_none()
+    }
+
     /// Waits on the host for the consumer's work, then runs the deleter — always, also after a
-    /// failure, which it then returns (the first: recording, then waiting).
+    /// failure, which it then returns (the first: recording, then waiting). A capture that
+    /// keeps the wait from finishing is [`Error::ReleaseDuringCapture`]: ask [`Self::can_wait`]
+    /// first, as the queues do.
     pub fn complete(mut self) -> Result<()> {
         self.finish()
     }
 
     fn finish(&mut self) -> Result<()> {
         self.wait();
-        self.stream_keeper = None;
+        if self.fence.take().is_some() {
+            self.error.get_or_insert(Error::ReleaseDuringCapture);
+        }
+        self.stream_keepers.clear();
         drop(self.managed.take());
         self.error.take().map_or(Ok(()), Err)
     }

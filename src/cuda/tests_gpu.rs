@@ -639,7 +639,7 @@ fn an_alias_fence_holds_the_primary_context_for_its_life() {
         alias_context: HeldContext::current().unwrap(),
     }];
     // SAFETY: the legacy default stream of a current context.
-    let (fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
+    let (mut fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
     recorded.unwrap();
     drop(context);
     let mut flags = 0u32;

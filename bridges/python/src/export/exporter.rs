@@ -460,12 +460,28 @@ impl ExporterObject {
                 Ok(Carried::Source)
             }
             Memory::HostCopy => {
-                // SAFETY: the source's memory is alive (we own it) and host-readable (the plan
-                // copies only such memory; materialize refuses other devices). Holders of
-                // earlier capsules may write it concurrently: DLPack leaves synchronising
-                // writers of shared memory to its users, and the copy moves plain bytes, so a
-                // racing writer yields a mix of old and new values, never invalid ones.
-                let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
+                // SAFETY: every caller holds the GIL (a Python method or a function of the C
+                // exchange API, see `versioned`).
+                let py = unsafe { Python::assume_attached() };
+                let ready = self
+                    .ready
+                    .as_ref()
+                    .filter(|_| plan::host_copy_after_producer(descriptor.device().kind));
+                // The producer's writes to managed memory are waited for, with the GIL
+                // released, before the host reads it (on a device without
+                // concurrentManagedAccess a host touch while a kernel runs faults).
+                let buffer = py.detach(|| -> BridgeResult<AlignedBuffer> {
+                    if let Some(ready) = ready {
+                        ready.wait_on_host()?;
+                    }
+                    // SAFETY: the source's memory is alive (we own it) and host-readable (the
+                    // plan copies only such memory; materialize refuses other devices).
+                    // Holders of earlier capsules may write it concurrently: DLPack leaves
+                    // synchronising writers of shared memory to its users, and the copy moves
+                    // plain bytes, so a racing writer yields a mix of old and new values, never
+                    // invalid ones.
+                    Ok(unsafe { materialize(descriptor, IndexOrder::Producer) }?)
+                })?;
                 let spec = Box::new(descriptor.copied_at(buffer.as_ptr() as usize));
                 Ok(Carried::Copy(CapsuleOwner::Copy(buffer, spec)))
             }
@@ -473,10 +489,16 @@ impl ExporterObject {
                 if self.ready.is_none() {
                     rsdlpack::cuda::driver()?;
                 }
+                // SAFETY: as above.
+                let py = unsafe { Python::assume_attached() };
+                let ready = self.ready.as_ref();
+                // The copy waits for the device (the producer's work, then the copy): with the
+                // GIL released, so that other Python threads run and a producer stream whose
+                // host function takes the GIL can finish.
                 // SAFETY: the source's device memory is alive (we own it).
-                let host = unsafe {
-                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.ready.as_ref())
-                }?;
+                let host = py.detach(|| unsafe {
+                    rsdlpack::cuda::to_host::copy_to_host(descriptor, ready)
+                })?;
                 Ok(Carried::Copy(CapsuleOwner::HostCopy(Box::new(host))))
             }
         }

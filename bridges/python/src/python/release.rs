@@ -13,10 +13,14 @@
 //! (which cannot let go of a GIL its caller may rely on) queues a release whose events have not
 //! completed. A queued one never waits for its events in the call that drains it: a bridge
 //! call runs the deleters whose events have completed and leaves the rest queued, so that an
-//! import does not stall on unrelated GPU work (a release that could record no event, and falls
-//! back to synchronising its device's context, is the exception: nothing else would finish it); [`drain`] with [`Wait::Yes`] (the explicit flush) waits for them
-//! all, except those whose stream is being captured into a graph, which stay queued until the
-//! capture has ended.
+//! import does not stall on unrelated GPU work. That holds for a release that could record no
+//! event and falls back to synchronising its device's context too: an ordinary call cannot
+//! know that no stream of that context is being captured into a graph (synchronising the
+//! context would break the capture), so such releases wait for the explicit flush. [`drain`]
+//! with [`Wait::Yes`] (the explicit flush) waits for them all, except those whose stream is
+//! being captured into a graph (for the fallback: while a blocking stream of its context
+//! captures, or when the synchronisation is refused for a capture), which stay queued until
+//! the capture has ended.
 //!
 //! Every tensor the bridge hands out is forwarded as a versioned managed tensor whose deleter
 //! releases the producer's this way ([`forward`], [`forward_owned`]), so that consumers of the
@@ -70,6 +74,11 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
         // SAFETY: this thread holds the GIL (just checked; see `this_thread_holds_the_gil`).
         let py = unsafe { pyo3::Python::assume_attached() };
         py.detach(|| tensor.wait());
+        if !tensor.is_waited() {
+            // A capture refused the wait: never an unordered deleter; queued until it ends.
+            defer(tensor);
+            return Ok(());
+        }
     }
     tensor.complete()
 }
@@ -111,6 +120,16 @@ pub fn defer(tensor: PendingRelease) {
     MAYBE_PENDING.store(true, Ordering::Release);
 }
 
+/// Whether a drain takes a queued release now: an ordinary call's drain ([`Wait::No`]) only
+/// what needs no wait (never a conservative fallback, which is never ready by itself: see the
+/// module docs), the explicit flush all it can wait for.
+fn taken(wait: Wait, release: &mut PendingRelease) -> bool {
+    match wait {
+        Wait::Yes => release.can_wait(),
+        Wait::No => release.is_ready(),
+    }
+}
+
 /// Whether [`drain`] waits for queued tensors whose consumers' GPU work is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -138,16 +157,11 @@ pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
 fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-        // Asking does not wait; host tensors and completed fences are ready, and a fallback
-        // (a context to synchronise) never becomes ready by itself, so it is waited for here,
-        // with the GIL released. A flush takes all it can wait for.
-        let take: fn(&mut PendingRelease) -> bool = match wait {
-            Wait::Yes => PendingRelease::can_wait,
-            Wait::No => |release| release.is_conservative() || release.is_ready(),
-        };
+        // Asking does not wait; host tensors and completed fences are ready. A flush takes all
+        // it can wait for.
         let (batch, waiting) = std::mem::take(&mut *pending)
             .into_iter()
-            .map(|mut release| (take(&mut release), release))
+            .map(|mut release| (taken(wait, &mut release), release))
             .partition::<Vec<_>, _>(|(taken, _)| *taken);
         *pending = waiting.into_iter().map(|(_, release)| release).collect();
         let batch: Vec<PendingRelease> = batch.into_iter().map(|(_, release)| release).collect();
@@ -157,6 +171,12 @@ fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
     let mut batch = batch;
     if !batch.iter_mut().all(PendingRelease::is_ready) {
         py.detach(|| batch.iter_mut().for_each(PendingRelease::wait));
+        // A wait a capture refused (a context synchronisation while a stream of it captures)
+        // leaves its release pending: queued again, its deleter not run.
+        let (waited, refused): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(PendingRelease::is_waited);
+        refused.into_iter().for_each(defer);
+        batch = waited;
     }
     let released = batch.len();
     // Dropped outside the lock: a deleter may itself release a Python-produced tensor.
