@@ -77,8 +77,11 @@ RsDLPack.span_parent(::Type{<:CuArray}, ::Type{T}, plan::StridedPlan, owner::Ten
     wrap_device(T, plan.span_address, (Int(plan.span_len),), owner)
 RsDLPack.fresh_parent(::Type{<:CuArray}, ::Type{T}, n::Int) where {T} = CuArray{T}(undef, n)
 
-# unsafe_free! also waits for the calling task's stream.
+# unsafe_free! also waits for the calling task's stream, kept alive (rooted) until the release
+# has recorded its event there: a capture of that stream defers the record, and the task (and
+# with it its stream) may be collected meanwhile.
 RsDLPack.release_stream(::CuArray) = Int64(dlpack_stream(CUDA.stream()))
+RsDLPack.release_stream_keeper(::CuArray) = CUDA.stream()
 
 function RsDLPack.wrap_imported(::Type{<:CuArray}, plan::ArrayPlan, owner::TensorOwner)
     T = RsDLPack.element_type(plan.element_code)

@@ -700,6 +700,22 @@ void rsdlpack_imported_release(void *handle);
 int32_t rsdlpack_imported_release_after(void *handle, int64_t stream, char **error_out);
 
 /**
+ * As [`rsdlpack_imported_release_after`], for a caller whose `stream` may be destroyed before
+ * the release has recorded its event there (a graph capture of `stream` defers that record
+ * past this call): root `root_id` (for Julia: a root of the calling task's `CuStream`) comes
+ * back through `rsdlpack_py_take_released_roots` once the event is recorded on `stream`, and
+ * never before; at once when nothing is recorded there (host memory, `stream` -1 or refused,
+ * a null handle).
+ *
+ * # Safety
+ * As [`rsdlpack_imported_release_after`]; `stream` stays live while `root_id` is rooted.
+ */
+int32_t rsdlpack_imported_release_after_kept(void *handle,
+                                             int64_t stream,
+                                             uint64_t root_id,
+                                             char **error_out);
+
+/**
  * Keeps the stream the tensor behind `handle` was imported on alive for its release: root
  * `root_id` (for Julia: a root of the `CuStream` object, whose finalizer would destroy the
  * stream) is returned through `rsdlpack_py_take_released_roots` right after

@@ -510,6 +510,16 @@ mod tests {
         // SAFETY: as above.
         drop(unsafe { tensor.into_release_after(0x4560) });
         assert_eq!(given_back(), [(2, before + 1)]);
+        // The caller's stream kept too: both given back after the one recording, not before.
+        let (tensor, count) = on_device(5);
+        let before = tried();
+        // SAFETY: as above.
+        let release =
+            unsafe { tensor.into_release_after_kept(0x4560, StreamKeeper::new(6, give_back)) };
+        assert_eq!(given_back(), [(5, before + 1), (6, before + 1)]);
+        assert_eq!(CountingOwner::releases(&count), 0);
+        drop(release);
+        assert_eq!(given_back(), [], "once");
         let (tensor, count) = on_device(3);
         let forwarded = crate::export::forward::forward_versioned(tensor, drop).unwrap();
         assert_eq!(given_back(), [], "forwarding keeps it");

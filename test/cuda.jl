@@ -64,7 +64,11 @@ else
             # unsafe_free! also waits for the task's stream, views included (test/gpu/check_gpu.py
             # proves the ordering against torch's allocator).
             @test RsDLPack.release_stream(view(A, :, 1)) == RsDLPack.release_stream(A) != -1
+            # ... whose CuStream stays rooted until the release has recorded there.
+            @test RsDLPack.release_stream_keeper(view(A, :, 1)) === CUDA.stream()
+            rooted = RsDLPack.rooted_count()
             RsDLPack.unsafe_free!(A)
+            @test RsDLPack.rooted_count() < rooted  # both streams' roots came back (the import's and the caller's)
         end
         @testset "an importing task's stream stays rooted until the release records on it" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda")

@@ -43,7 +43,7 @@ pub use cuda::{
 };
 pub use held::{
     rsdlpack_imported_copy_into, rsdlpack_imported_release, rsdlpack_imported_release_after,
-    rsdlpack_imported_release_later,
+    rsdlpack_imported_release_after_kept, rsdlpack_imported_release_later,
 };
 pub use import_plan::{
     RsdlImportResult, RsdlPlanOptions, rsdlpack_py_import_plan, rsdlpack_py_import_plan_with_flags,
