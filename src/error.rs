@@ -344,7 +344,9 @@ pub enum Error {
         "this CUDA tensor was imported with stream=-1 (its consumer orders its own work), so its \
          release names no stream to wait for; pass the stream your work on it ran on \
          (rsdlpack_imported_release_after; Julia's RsDLPack.unsafe_free! passes the task's \
-         CUDA.stream()) — this release synchronised the device's whole context instead"
+         CUDA.stream()) — this release waits instead for the device's whole context to be \
+         synchronised, which only the explicit flush does (flush_releases, \
+         rsdlpack_py_flush_releases: call it where no CUDA graph is being captured)"
     )]
     ReleaseNeedsStream,
 

@@ -221,6 +221,12 @@ impl PendingRelease {
             .is_some_and(ReleaseFence::is_conservative)
     }
 
+    /// The failure met so far (recording the fence), taken: [`Self::complete`] will not
+    /// return it again. For a caller that reports it now and queues the release.
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+
     /// Whether a fence orders this release (for tests: host memory has none).
     pub fn is_ordered(&self) -> bool {
         self.fence.is_some()

@@ -349,7 +349,10 @@ mod tests {
         use sys::CUresult as R;
         use sys::CUstreamCaptureStatus as S;
         let none = S::CU_STREAM_CAPTURE_STATUS_NONE;
-        assert_eq!(capture_answer(R::CUDA_SUCCESS, none, 7), Some(Capture::Idle));
+        assert_eq!(
+            capture_answer(R::CUDA_SUCCESS, none, 7),
+            Some(Capture::Idle)
+        );
         assert_eq!(
             capture_answer(R::CUDA_SUCCESS, S::CU_STREAM_CAPTURE_STATUS_ACTIVE, 7),
             Some(Capture::Capturing(Some(7)))

@@ -223,6 +223,12 @@ impl ReleaseFence {
         }
     }
 
+    /// How many events the fence holds (for tests: one per stream of each context).
+    #[cfg(test)]
+    pub(crate) fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
     /// Whether this fence waits by synchronising a whole context (the fallback).
     pub fn is_conservative(&self) -> bool {
         self.fallback.is_some()

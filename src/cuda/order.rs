@@ -142,7 +142,11 @@ unsafe fn make_wait(consumer: usize, event: sys::CUevent, event_outlives_call: b
     // SAFETY: a live stream of the current context (contract).
     let capture = unsafe { capture_of(consumer) }?;
     // SAFETY: a live event (contract).
-    let plan = consumer_wait(capture, || unsafe { event_done(event) }, event_outlives_call);
+    let plan = consumer_wait(
+        capture,
+        || unsafe { event_done(event) },
+        event_outlives_call,
+    );
     let stream = consumer as sys::CUstream;
     let external = sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL as u32;
     match plan {
@@ -180,8 +184,12 @@ pub unsafe fn order_streams(ordinal: i32, producer: usize, consumer: usize) -> R
         return Ok(());
     }
     // SAFETY: live streams (contract).
-    let (producer_context, consumer_context) =
-        unsafe { (context_of(producer, ordinal)?, context_of(consumer, ordinal)?) };
+    let (producer_context, consumer_context) = unsafe {
+        (
+            context_of(producer, ordinal)?,
+            context_of(consumer, ordinal)?,
+        )
+    };
     let (producer_capture, consumer_capture) = {
         let _current = producer_context.enter()?;
         // SAFETY: a live stream of the current context.
@@ -327,7 +335,10 @@ mod tests {
                 );
             }
         }
-        assert_eq!(consumer_wait(ACTIVE, || false, true), WaitPlan::WaitExternal);
+        assert_eq!(
+            consumer_wait(ACTIVE, || false, true),
+            WaitPlan::WaitExternal
+        );
         assert_eq!(
             consumer_wait(ACTIVE, || false, false),
             WaitPlan::HostWait,

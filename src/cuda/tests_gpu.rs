@@ -28,6 +28,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Graph captures, several contexts, and the primary-context question (issue 38).
+mod capture;
+
 const DEVICE_MEMORY: u32 = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
 const HOST_MEMORY: u32 = sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
 

@@ -64,8 +64,17 @@ pub fn this_thread_holds_the_gil() -> bool {
 /// Releases `tensor` now when this thread holds the GIL (an explicit release from a C entry
 /// point, not a finalizer): waits for its consumer's GPU work with the GIL released, so that
 /// other Python threads run meanwhile, then runs the deleter, and returns what failed on the
-/// way (the deleter has run regardless). Else queues it like [`defer`].
+/// way (the deleter has run regardless). Else queues it like [`defer`]; so is a release that
+/// must synchronise its device's context (the conservative fallback), which only the explicit
+/// flush waits for (see the module docs: a capture on a non-blocking stream of that context
+/// cannot be seen from here, and the synchronisation would break it).
 pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()> {
+    if tensor.is_conservative() {
+        // Said now (what to pass instead), not when the flush runs it.
+        let said = tensor.take_error();
+        defer(tensor);
+        return said.map_or(Ok(()), Err);
+    }
     if !this_thread_holds_the_gil() || !tensor.can_wait() {
         defer(tensor);
         return Ok(());
