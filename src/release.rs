@@ -49,6 +49,8 @@ use crate::descriptor::TensorDescriptor;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::managed::ManagedTensor;
+use crate::stream::StreamRequest;
+use std::sync::Mutex;
 #[cfg(feature = "unordered-releases-for-tests")]
 use std::sync::OnceLock;
 
@@ -221,6 +223,46 @@ impl PendingRelease {
             .is_some_and(ReleaseFence::is_conservative)
     }
 
+    /// The release of an export's memory: `managed` (a managed tensor over the memory
+    /// `descriptor` describes, whose deleter gives it back to its producer: drops a Julia
+    /// array's root, runs a foreign tensor's deleter) is dropped once the work enqueued so far
+    /// on each of `streams` (its consumers', [`export_release_stream`]) has completed. DLPack
+    /// deleters carry no stream, and a consumer (torch) calls its deleter without waiting for
+    /// its own streams, while the producer's allocator (CUDA.jl's pool) reuses the memory on
+    /// its own stream at once: hence an event on each consumer's stream, waited for as an
+    /// import's release waits ([`crate::cuda::fence`]). An alias (1, 2) is the memory device's
+    /// primary context's stream. No stream, or memory no device works on: nothing to wait for.
+    ///
+    /// # Safety
+    /// Each of `streams` must be 1, 2 or a `CUstream` of the memory's device that is still
+    /// live (consumers' streams must outlive the tensors they work on; torch's pooled streams
+    /// do).
+    pub unsafe fn of_export(
+        managed: ManagedTensor,
+        descriptor: &TensorDescriptor,
+        streams: &[usize],
+    ) -> Self {
+        let device = ordering_device(descriptor).filter(|_| !streams.is_empty());
+        let Some(device) = device.filter(|_| !ordering_disabled()) else {
+            return Self::unordered(managed);
+        };
+        let streams = streams
+            .iter()
+            .map(|&handle| FenceStream {
+                handle,
+                alias_context: None,
+            })
+            .collect();
+        // SAFETY: 1, 2 or live streams of the memory's device (contract).
+        let (fence, recorded) = unsafe { ReleaseFence::record(device, streams) };
+        Self {
+            managed: Some(managed),
+            fence: Some(fence),
+            error: recorded.err(),
+            stream_keepers: Vec::new(),
+        }
+    }
+
     /// The failure met so far (recording the fence), taken: [`Self::complete`] will not
     /// return it again. For a caller that reports it now and queues the release.
     pub fn take_error(&mut self) -> Option<Error> {
@@ -286,6 +328,44 @@ impl Drop for PendingRelease {
         {
             eprintln!("RsDLPack: a queued CUDA release: {error}");
         }
+    }
+}
+
+/// The stream an export's release is ordered after, for a consumer that asked for the memory
+/// with `request` (its `__dlpack__(stream=…)`): the stream it works on the memory on (the
+/// legacy default stream for `None`), for memory that streams order (CUDA and managed); none
+/// for `-1` (the consumer orders its own work, and its release) and for memory no stream
+/// orders. The C exchange API's consumers work on the current stream, which its
+/// `current_work_stream` reports as the legacy default stream:
+/// [`crate::export::plan::exchange_api_stream`] gives the request.
+pub fn export_release_stream(kind: DeviceKind, request: StreamRequest) -> Option<usize> {
+    match kind {
+        DeviceKind::Cuda | DeviceKind::CudaManaged => request.cuda_handle(),
+        _ => None,
+    }
+}
+
+/// The streams an export's consumers named, each once, kept with what keeps the memory alive
+/// until its release ([`PendingRelease::of_export`]).
+#[derive(Debug, Default)]
+pub struct ConsumerStreams(Mutex<Vec<usize>>);
+
+impl ConsumerStreams {
+    pub const fn new() -> Self {
+        Self(Mutex::new(Vec::new()))
+    }
+
+    /// Notes `stream` (a `CUstream` value: 1, 2 or a handle), once.
+    pub fn note(&self, stream: usize) {
+        let mut streams = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !streams.contains(&stream) {
+            streams.push(stream);
+        }
+    }
+
+    /// The streams noted, in order.
+    pub fn take(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -458,6 +538,85 @@ mod tests {
         let (tensor, count) = tensor_on(CUDA0, 0x1000, &[4]);
         // SAFETY: as above.
         drop(unsafe { tensor.into_release_after(2) });
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    #[test]
+    fn an_export_is_released_after_the_stream_each_consumer_named() {
+        use DeviceKind::*;
+        for kind in [Cuda, CudaManaged] {
+            assert_eq!(export_release_stream(kind, StreamRequest::Omitted), Some(1));
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::LegacyDefault),
+                Some(1)
+            );
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::PerThreadDefault),
+                Some(2)
+            );
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::Handle(0x7f00)),
+                Some(0x7f00)
+            );
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::NoSync),
+                None,
+                "-1: the consumer orders itself"
+            );
+        }
+        for kind in [Cpu, CudaHost] {
+            assert_eq!(export_release_stream(kind, StreamRequest::Omitted), None);
+        }
+        // The exchange API's consumers: the current stream, reported as the legacy one.
+        let exchange = crate::export::plan::exchange_api_stream(Cuda);
+        assert_eq!(export_release_stream(Cuda, exchange), Some(1));
+        let noted = ConsumerStreams::new();
+        for stream in [1, 0x7f00, 1, 2, 0x7f00] {
+            noted.note(stream);
+        }
+        assert_eq!(noted.take(), [1, 0x7f00, 2], "each stream once, in order");
+        assert_eq!(noted.take(), Vec::<usize>::new());
+    }
+
+    /// Holds with and without a driver: host memory, or no consumer stream, releases the
+    /// owner with nothing to wait for.
+    #[test]
+    fn an_export_without_consumer_streams_is_released_at_once() {
+        static DATA: [f32; 4] = [0.0; 4];
+        let host = descriptor_on(
+            Device::CPU,
+            DATA.as_ptr() as usize,
+            &[4],
+            &[1],
+            ElementType::Float32,
+        );
+        let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
+        for (descriptor, streams) in [(&host, &[0x7f00usize][..]), (&device, &[][..])] {
+            let (owner, count) = CountingOwner::new();
+            let managed = ManagedTensor::Versioned(export_versioned(descriptor, owner, 3).unwrap());
+            // SAFETY: no stream is recorded on (host memory, or none named).
+            let mut release = unsafe { PendingRelease::of_export(managed, descriptor, streams) };
+            assert!(!release.is_ordered() && release.is_ready());
+            assert_eq!(CountingOwner::releases(&count), 0, "held until completed");
+            release.complete().unwrap();
+            assert_eq!(CountingOwner::releases(&count), 1);
+        }
+    }
+
+    /// Asserts what happens without a driver (CI): device memory with consumer streams is
+    /// ordered (the recording fails for want of a driver, which is the error), and the owner
+    /// is released once, when the release completes.
+    #[test]
+    fn without_a_driver_an_export_with_consumer_streams_is_ordered_and_released_once() {
+        require_no_driver();
+        let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
+        let (owner, count) = CountingOwner::new();
+        let managed = ManagedTensor::Versioned(export_versioned(&device, owner, 3).unwrap());
+        // SAFETY: without a driver no handle is dereferenced.
+        let release = unsafe { PendingRelease::of_export(managed, &device, &[1, 0x7f00]) };
+        assert!(release.is_ordered());
+        assert_eq!(CountingOwner::releases(&count), 0);
+        assert!(matches!(release.complete(), Err(Error::NoCudaDriver)));
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 

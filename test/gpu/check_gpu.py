@@ -30,6 +30,7 @@ import time
 import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+from rsdlpack_abi import ELEMENT_CODE_FLOAT32  # noqa: E402
 from rsdlpack_ctypes import Bridge, ImportOptions, PlanOptions, first_element, shape_of  # noqa: E402
 
 KDLCUDA = 2
@@ -631,12 +632,68 @@ def release_after_caller(handle, caller):
     return lib_gil.release_after(handle, caller)
 
 
+EXPORT_ROOT = [7_000_000]
+
+
+def export_release_race():
+    """The export side's race. A buffer standing in for a Julia CuArray (CUDA.jl's pool reuses
+    its block as soon as the root comes back) is shared under a root id; torch takes it on its
+    stream C (`__dlpack__(stream=C)`), enqueues a ~1 s kernel then a read of it, and drops the
+    tensor and the exporter at once. The "Julia" side polls for the root (an ordinary bridge
+    call drains the queue each time) and, the moment it comes back, writes -1 into the buffer
+    on its own stream W, as a new Julia array in the reused block would be written.
+
+    Returns (elements the read saw corrupted, host seconds until the root came back, the
+    kernel's own seconds)."""
+    torch.cuda.synchronize()
+    EXPORT_ROOT[0] += 1
+    root = EXPORT_ROOT[0]
+    buffer = torch.ones(RACE_N, device="cuda")
+    C, W = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    shared, error = lib_gil.share(buffer.data_ptr(), [RACE_N], [1], ELEMENT_CODE_FLOAT32, root,
+                                  device=(KDLCUDA, 0), stream=torch.cuda.current_stream().cuda_stream or 1)
+    assert error is None, error
+    exporter, _ = shared
+    with torch.cuda.stream(C):
+        kernel = long_kernel(SLEEP)
+        view = torch.from_dlpack(exporter)
+        copy = view.clone()
+    del view, exporter  # torch calls the deleter now, without waiting for C
+    t0 = time.perf_counter()
+    while True:
+        probe, error = lib_gil.import_plan(torch.arange(2.0))  # an ordinary call drains the queue
+        assert error is None, error
+        lib_gil.release_handle(probe.plan.tensor)
+        if root in lib.take_released_roots():
+            break
+        assert time.perf_counter() - t0 < 30, "the shared array's root never came back"
+        time.sleep(0.001)
+    came_back = time.perf_counter() - t0
+    with torch.cuda.stream(W):
+        buffer.fill_(-1.0)
+    torch.cuda.synchronize()
+    corrupted = int((copy != 1.0).sum().item())
+    return corrupted, came_back, kernel()
+
+
 if CHILD:
-    # Run by the parent with RSDLPACK_TEST_UNORDERED_RELEASES=1: the same race, unordered.
+    # Run by the parent with RSDLPACK_TEST_UNORDERED_RELEASES=1: the same races, unordered.
     assert SKIP is None, SKIP
     corrupted, reused, host, _, kernel = release_race(explicit_release)
-    print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host, "kernel": kernel}), flush=True)
+    export_corrupted, export_came_back, export_kernel = export_release_race()
+    print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host, "kernel": kernel,
+                      "export_corrupted": export_corrupted, "export_came_back": export_came_back,
+                      "export_kernel": export_kernel}), flush=True)
     sys.exit(0)
+
+
+@check("export-side release: a shared array's root comes back only after torch's kernel on its stream; the reused block is not written under it")
+def _():
+    corrupted, came_back, kernel = export_release_race()
+    assert corrupted == 0, f"torch's read saw {corrupted} elements written after the root came back"
+    assert came_back > 0.5 * kernel, f"the root came back after {came_back:.3f} s, before the {kernel:.3f} s kernel ended"
+    return f"the root came back after {came_back:.2f} s"
 
 
 @check("explicit release: waits for the consumer's kernel on the import's stream; torch reuses the block uncorrupted")
@@ -702,7 +759,7 @@ def _():
     return f"the flush waited {host:.2f} s"
 
 
-@check("with release ordering disabled (RSDLPACK_TEST_UNORDERED_RELEASES=1), the same race corrupts the kernel's input")
+@check("with release ordering disabled (RSDLPACK_TEST_UNORDERED_RELEASES=1), the same races (import and export side) corrupt the kernel's input")
 def _():
     env = dict(os.environ, RSDLPACK_TEST_UNORDERED_RELEASES="1")
     child = subprocess.run([sys.executable, __file__, LIBRARY, UNORDERED_CHILD], env=env,
@@ -714,7 +771,11 @@ def _():
                                      f"the library was built without the unordered-releases-for-tests feature "
                                      f"(scripts/gpu_check.sh builds it with it) ({answer})")
     assert answer["host"] < 0.5 * answer["kernel"], answer
-    return f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms"
+    assert answer["export_corrupted"] > 0, (f"unordered, the shared array's root came back at once but torch's read "
+                                            f"was intact: the export race was not provoked ({answer})")
+    assert answer["export_came_back"] < 0.5 * answer["export_kernel"], answer
+    return (f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms; "
+            f"export side: {answer['export_corrupted']} overwritten")
 
 
 passed = sum(ok is True for _, ok, _ in RESULTS)

@@ -38,7 +38,8 @@ use rsdlpack::export::described::{
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
-use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
+use rsdlpack::release::ConsumerStreams;
+use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, PendingRelease, TensorDescriptor};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -62,6 +63,9 @@ pub(crate) struct ExporterObject {
     /// stream itself is not used again (it may be gone by the time a consumer comes).
     /// `None` for other memory, and where no driver exists (ordering then fails as it would).
     ready: Option<ReadyEvent>,
+    /// The streams consumers were handed the source's device memory on: its release waits for
+    /// their work (see [`release_memory`]).
+    consumers: ConsumerStreams,
 }
 
 // SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
@@ -75,6 +79,29 @@ enum Keeper {
     Tensor(#[allow(dead_code)] ManagedTensor),
     /// A Julia array: its root is released when the source drops.
     JuliaArray(#[allow(dead_code)] JuliaRoot),
+}
+
+/// Gives the source's memory back (drops `memory`) once the work its consumers enqueued on it
+/// so far is complete: an event on each stream a consumer was handed the memory on, and the
+/// release queued until they have completed (see [`rsdlpack::PendingRelease::of_export`]).
+/// Never waits and runs no Python (any thread: a capsule's deleter runs where its consumer
+/// frees it); memory no consumer was handed on a stream is given back at once.
+fn release_memory(memory: Keeper, descriptor: &TensorDescriptor, consumers: &ConsumerStreams) {
+    let streams = consumers.take();
+    if streams.is_empty() {
+        return drop(memory);
+    }
+    // The keeper in a managed tensor of its own, the shape a release takes; restating the
+    // export's own descriptor cannot fail, and on error the keeper is dropped (given back).
+    let Ok(managed) = rsdlpack::export::export_versioned(descriptor, memory, 3) else {
+        return;
+    };
+    // SAFETY: each stream is one a consumer named for this device's memory and works on it
+    // (live until its tensor is released, which is now: see `of_export`).
+    let release = unsafe {
+        PendingRelease::of_export(ManagedTensor::Versioned(managed), descriptor, &streams)
+    };
+    crate::python::release::defer(release);
 }
 
 /// The exporter type once built (null before): objects of this type, and only those (it allows
@@ -144,6 +171,7 @@ impl Building {
             (&raw mut (*place).slot).write(HeaderSlot::new());
             (&raw mut (*place)._memory).write(memory);
             (&raw mut (*place).ready).write(ready);
+            (&raw mut (*place).consumers).write(ConsumerStreams::new());
         }
         let exporter = Exporter(self.0);
         std::mem::forget(self);
@@ -338,11 +366,17 @@ impl ExporterObject {
         std::sync::atomic::fence(Ordering::Acquire);
         let object = object.cast_mut();
         // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
-        // are dropped once (the keeper, then the event); the slot and the descriptor have
-        // none, and the header is Python's memory no longer (its object was deallocated, or
+        // are dropped once (the keeper moved out to its release, which may outlive the
+        // allocation; then the consumers' streams and the event); the slot and the descriptor
+        // have none, and the header is Python's memory no longer (its object was deallocated, or
         // never made). The allocation is `Box`'s (`Building::new`).
         unsafe {
-            std::ptr::drop_in_place(&raw mut (*object)._memory);
+            release_memory(
+                std::ptr::read(&raw const (*object)._memory),
+                &(*object).descriptor,
+                &(*object).consumers,
+            );
+            std::ptr::drop_in_place(&raw mut (*object).consumers);
             std::ptr::drop_in_place(&raw mut (*object).ready);
             drop(Box::from_raw(object.cast::<MaybeUninit<Self>>()));
         }
@@ -440,9 +474,13 @@ impl ExporterObject {
     /// producer's writes.
     fn order_before(&self, consumer: usize) -> BridgeResult<()> {
         match &self.ready {
-            // SAFETY: `consumer` is the stream the DLPack consumer will use, which the protocol
-            // requires to be live on this device (or the legacy default stream).
-            Some(ready) => Ok(unsafe { ready.order_before(consumer) }?),
+            Some(ready) => {
+                // SAFETY: `consumer` is the stream the DLPack consumer will use, which the
+                // protocol requires to be live on this device (or the legacy default stream).
+                unsafe { ready.order_before(consumer) }?;
+                self.consumers.note(consumer);
+                Ok(())
+            }
             // Recorded for all memory streams order, except without a driver: that's the answer.
             None => Ok(rsdlpack::cuda::driver()?),
         }

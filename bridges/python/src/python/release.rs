@@ -129,16 +129,6 @@ pub fn defer(tensor: PendingRelease) {
     MAYBE_PENDING.store(true, Ordering::Release);
 }
 
-/// Whether a drain takes a queued release now: an ordinary call's drain ([`Wait::No`]) only
-/// what needs no wait (never a conservative fallback, which is never ready by itself: see the
-/// module docs), the explicit flush all it can wait for.
-fn taken(wait: Wait, release: &mut PendingRelease) -> bool {
-    match wait {
-        Wait::Yes => release.can_wait(),
-        Wait::No => release.is_ready(),
-    }
-}
-
 /// Whether [`drain`] waits for queued tensors whose consumers' GPU work is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -166,11 +156,16 @@ pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
 fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-        // Asking does not wait; host tensors and completed fences are ready. A flush takes all
-        // it can wait for.
+        // Asking does not wait; host tensors and completed fences are ready. A fallback (a
+        // context to synchronise) is never ready by itself: only a flush takes it (see the
+        // module docs). A flush takes all it can wait for.
+        let take: fn(&mut PendingRelease) -> bool = match wait {
+            Wait::Yes => PendingRelease::can_wait,
+            Wait::No => PendingRelease::is_ready,
+        };
         let (batch, waiting) = std::mem::take(&mut *pending)
             .into_iter()
-            .map(|mut release| (taken(wait, &mut release), release))
+            .map(|mut release| (take(&mut release), release))
             .partition::<Vec<_>, _>(|(taken, _)| *taken);
         *pending = waiting.into_iter().map(|(_, release)| release).collect();
         let batch: Vec<PendingRelease> = batch.into_iter().map(|(_, release)| release).collect();
