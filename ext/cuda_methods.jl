@@ -103,6 +103,10 @@ cu_device(A::AbstractArray) = cu_device(parent(A))
 RsDLPack.array_address(A::CUDA.StridedCuArray) = reinterpret(UInt, pointer(A))
 RsDLPack.array_device(A::CUDA.StridedCuArray) = (KDLCUDA, Int32(CUDA.deviceid(cu_device(A))))
 RsDLPack.producer_stream(::CUDA.StridedCuArray) = dlpack_stream(CUDA.stream())
+# The task's stream is rooted with the array, so each __dlpack__ records on it then: writes
+# enqueued between `share(A, Py)` and a later `torch.from_dlpack(exporter)` are ordered too.
+RsDLPack.share_root(A::CUDA.StridedCuArray) = (A, CUDA.stream())
+RsDLPack.share_flags(::CUDA.StridedCuArray) = UInt32(RsDLPack.SHARE_STREAM_KEPT)
 
 function RsDLPack.unsafe_cuda_stream(handle::Integer)
     h = UInt(handle)

@@ -48,6 +48,16 @@ typedef struct _object PyObject;
 #define RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES 8
 
 /**
+ * `flags` bit of `rsdlpack_py_share_with_flags` and `rsdlpack_py_share_into_with_flags`: the
+ * root `array.root_id` keeps the stream `array.stream` alive too (Julia roots the task's
+ * `CuStream` with the array), so an exporter of CUDA memory records a new event on that stream
+ * at each `__dlpack__` (each consumer then waits for the writes enqueued up to its own call,
+ * not only up to the share). Without it, one event at the share, after which the stream may
+ * be gone.
+ */
+#define RSDLPACK_SHARE_STREAM_KEPT 16
+
+/**
  * `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
  */
 #define RSDLPACK_PLAN_ANY -1
@@ -757,8 +767,9 @@ int32_t rsdlpack_py_share(const struct RsdlArrayExport *array,
                           char **error_out);
 
 /**
- * As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` or 0; other bits
- * are refused with `RSDL_ERROR_CODE_INVALID`, and nothing then refers to the root).
+ * As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+ * `RSDLPACK_SHARE_STREAM_KEPT`, or 0; other bits are refused with `RSDL_ERROR_CODE_INVALID`,
+ * and nothing then refers to the root).
  *
  * # Safety
  * As [`rsdlpack_py_share`].

@@ -234,12 +234,12 @@ One call: describes the Julia array as a DLPack tensor rooted under `array_expor
 returns a new reference to a Python object with `__dlpack__`. On error nothing refers to the
 root any more.
 """
-function python_share(array::ArrayExport)
+function python_share(array::ArrayExport, flags::UInt32=UInt32(0))
     entry = loaded(SHARE)
     result = Ref{ShareResult}()
     checked(; on_error=unroot_released!) do message
         ccall(entry, Int32, (Ref{ArrayExport}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-              array, UInt32(CALL_REFUSE_WITHOUT_GIL), result, message)
+              array, UInt32(CALL_REFUSE_WITHOUT_GIL) | flags, result, message)
     end
     return shared_object(result)
 end
@@ -251,12 +251,12 @@ As `python_share`, but when `type_pointer` (borrowed) is a Python type the new r
 an object of it, made by that type's DLPack C exchange API (`managed_tensor_to_py_object_no_sync`;
 a type without one is refused); for any other object, an exporter as from `python_share`.
 """
-function python_share_into(array::ArrayExport, type::Ptr{Cvoid})
+function python_share_into(array::ArrayExport, type::Ptr{Cvoid}, flags::UInt32=UInt32(0))
     entry = loaded(SHARE_INTO)
     result = Ref{ShareResult}()
     checked(; on_error=unroot_released!) do message
         ccall(entry, Int32, (Ref{ArrayExport}, Ptr{Cvoid}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-              array, type, UInt32(CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES), result, message)
+              array, type, UInt32(CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES) | flags, result, message)
     end
     return shared_object(result)
 end

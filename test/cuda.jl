@@ -136,6 +136,13 @@ else
             @test pyconvert(UInt, u.data_ptr()) == reinterpret(UInt, pointer(M))
             @test pyconvert(Vector{Int}, pylist(u.shape)) == [2, 3]
             @test pyconvert(Float64, u[1, 2].item()) == 6
+            # The task's stream is rooted with the array, and each __dlpack__ records on it:
+            # a write between the share and the consumer's call is ordered before it too.
+            @test RsDLPack.share_flags(M) == RsDLPack.SHARE_STREAM_KEPT
+            e = share(M, Py)
+            M .= 7
+            v = torch.from_dlpack(e)
+            @test pyconvert(Float64, v.sum().item()) == 42
         end
         @testset "the README's CUDA example" begin
             t = torch.arange(6, device="cuda").reshape(2, 3)

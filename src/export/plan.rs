@@ -223,6 +223,29 @@ pub fn ordered_by_streams(kind: DeviceKind) -> bool {
     matches!(kind, DeviceKind::Cuda | DeviceKind::CudaManaged)
 }
 
+/// When an exporter of device memory makes it ready for its consumers (see
+/// [`producer_ready`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerReady {
+    /// An event recorded on the producer's stream at each export (`__dlpack__`, the exchange
+    /// API's calls, a host copy): each consumer waits for what was enqueued up to its own call,
+    /// as DLPack puts the synchronisation at `__dlpack__`.
+    AtEachExport(usize),
+    /// One event recorded when the exporter is made, that every consumer waits for: the
+    /// producer's stream may be gone by the time a consumer comes.
+    AtShare,
+}
+
+/// [`ProducerReady`] for an exporter over memory written on `stream` (`None`: none named),
+/// which `stream_kept` says stays alive as long as the exporter's memory does (Julia roots the
+/// task's stream with the array).
+pub fn producer_ready(stream: Option<usize>, stream_kept: bool) -> ProducerReady {
+    match stream {
+        Some(stream) if stream_kept => ProducerReady::AtEachExport(stream),
+        _ => ProducerReady::AtShare,
+    }
+}
+
 /// Whether a host copy of memory on `kind` waits on the host for its producer's writes first
 /// (the exporter's ready event): memory streams order is written by device work that may still
 /// be running when `copy=True` or `dl_device=(CPU, 0)` asks for the copy; host memory is not.
@@ -283,6 +306,24 @@ mod tests {
             assert!(!ordered_by_streams(kind));
             assert_eq!(exchange_api_stream(kind), StreamRequest::NoSync);
         }
+    }
+
+    #[test]
+    fn a_kept_producer_stream_is_recorded_at_each_export() {
+        assert_eq!(
+            producer_ready(Some(0x7f00), true),
+            ProducerReady::AtEachExport(0x7f00)
+        );
+        assert_eq!(
+            producer_ready(Some(1), true),
+            ProducerReady::AtEachExport(1)
+        );
+        assert_eq!(
+            producer_ready(Some(0x7f00), false),
+            ProducerReady::AtShare,
+            "a stream nobody keeps alive is used once, at the share (C callers)"
+        );
+        assert_eq!(producer_ready(None, true), ProducerReady::AtShare);
     }
 
     #[test]

@@ -522,6 +522,37 @@ def _():
     return f"the flush waited {host:.2f} s"
 
 
+@check("a share whose stream is kept records at each __dlpack__: writes after the share are ordered; without the flag they are not")
+def _():
+    from rsdlpack_abi import CALL_REFUSE_WITHOUT_GIL, SHARE_STREAM_KEPT
+
+    n = 1 << 22
+    totals = {}
+    for kept in (True, False):
+        P, C = torch.cuda.Stream(), torch.cuda.Stream()
+        buffer = torch.zeros(n, device="cuda")
+        torch.cuda.synchronize()
+        flags = CALL_REFUSE_WITHOUT_GIL | (SHARE_STREAM_KEPT if kept else 0)
+        shared, error = lib_gil.share(buffer.data_ptr(), [n], [1], ELEMENT_CODE_FLOAT32, 8_000_000 + int(kept),
+                                      device=(KDLCUDA, 0), stream=P.cuda_stream, flags=flags)
+        assert error is None, error
+        exporter, _ = shared
+        with torch.cuda.stream(P):  # written after the share, as `M .= 7` in Julia
+            kernel = long_kernel(SLEEP)
+            buffer.fill_(7.0)
+        with torch.cuda.stream(C):
+            view = torch.from_dlpack(exporter)
+            totals[kept] = view.sum()
+        torch.cuda.synchronize()
+        kernel()
+        del view, exporter
+    lib.lib.rsdlpack_py_flush_releases()
+    lib.take_released_roots()
+    assert totals[True].item() == 7.0 * n, f"kept: the consumer read {totals[True].item()} (not ordered after the write)"
+    assert totals[False].item() != 7.0 * n, "without the flag the consumer waited for a write made after the share: the check proves nothing"
+    return f"kept: {totals[True].item():.0f}; once at the share: {totals[False].item():.0f}"
+
+
 @check("a CUDA import's deleter called with the GIL held does not wait for the consumer's kernel: it queues")
 def _():
     C = torch.cuda.Stream()

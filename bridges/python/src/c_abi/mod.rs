@@ -66,5 +66,5 @@ pub use strided_plan::{RsdlStridedPlan, rsdlpack_py_import_strided_plan};
 pub use values::{
     RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY,
     RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
-    RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
+    RSDLPACK_SHARE_STREAM_KEPT, RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
 };

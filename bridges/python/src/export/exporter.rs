@@ -66,6 +66,9 @@ pub(crate) struct ExporterObject {
     /// The streams consumers were handed the source's device memory on: its release waits for
     /// their work (see [`release_memory`]).
     consumers: ConsumerStreams,
+    /// The producer's stream, kept alive with the memory, when each export records its own
+    /// event there ([`plan::ProducerReady::AtEachExport`]) rather than waiting for `ready`.
+    producer: Option<usize>,
 }
 
 // SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
@@ -172,6 +175,7 @@ impl Building {
             (&raw mut (*place)._memory).write(memory);
             (&raw mut (*place).ready).write(ready);
             (&raw mut (*place).consumers).write(ConsumerStreams::new());
+            (&raw mut (*place).producer).write(None);
         }
         let exporter = Exporter(self.0);
         std::mem::forget(self);
@@ -222,6 +226,20 @@ impl Exporter {
             return Err(error);
         }
         building.finish(Keeper::JuliaArray(root), stream)
+    }
+
+    /// Makes each export record its own event on `stream` (the producer's, for device memory)
+    /// instead of waiting for the one recorded when the exporter was made: writes enqueued
+    /// there between the share and a consumer's `__dlpack__` are ordered too.
+    ///
+    /// # Safety
+    /// `stream` is 1, 2 or a `CUstream` of the memory's device that stays live as long as the
+    /// exporter's memory is kept (its root keeps it: `RSDLPACK_SHARE_STREAM_KEPT`).
+    pub unsafe fn ready_at_each_export(self, stream: usize) -> Self {
+        // SAFETY: the exporter is the allocation's one holder (not yet an object), so nothing
+        // reads the field meanwhile.
+        unsafe { (*self.0.as_ptr()).producer = Some(stream) };
+        self
     }
 
     /// The exporter as a new object of the exporter type `ty`, which takes over its hold.
@@ -473,6 +491,14 @@ impl ExporterObject {
     /// Makes `consumer` (1, 2 or a live `CUstream` of the source's device) wait for the
     /// producer's writes.
     fn order_before(&self, consumer: usize) -> BridgeResult<()> {
+        if let Some(producer) = self.producer {
+            let device = self.descriptor().device();
+            // SAFETY: the producer's stream is kept alive with the memory
+            // (`ready_at_each_export`); `consumer` as below.
+            unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?;
+            self.consumers.note(consumer);
+            return Ok(());
+        }
         match &self.ready {
             Some(ready) => {
                 // SAFETY: `consumer` is the stream the DLPack consumer will use, which the
@@ -501,9 +527,10 @@ impl ExporterObject {
                 // SAFETY: every caller holds the GIL (a Python method or a function of the C
                 // exchange API, see `versioned`).
                 let py = unsafe { Python::assume_attached() };
-                let ready = self
-                    .ready
+                let fresh = self.ready_now()?;
+                let ready = fresh
                     .as_ref()
+                    .or(self.ready.as_ref())
                     .filter(|_| plan::host_copy_after_producer(descriptor.device().kind));
                 // The producer's writes to managed memory are waited for, with the GIL
                 // released, before the host reads it (on a device without
@@ -529,7 +556,8 @@ impl ExporterObject {
                 }
                 // SAFETY: as above.
                 let py = unsafe { Python::assume_attached() };
-                let ready = self.ready.as_ref();
+                let fresh = self.ready_now()?;
+                let ready = fresh.as_ref().or(self.ready.as_ref());
                 // The copy waits for the device (the producer's work, then the copy): with the
                 // GIL released, so that other Python threads run and a producer stream whose
                 // host function takes the GIL can finish.
@@ -540,6 +568,17 @@ impl ExporterObject {
                 Ok(Carried::Copy(CapsuleOwner::HostCopy(Box::new(host))))
             }
         }
+    }
+
+    /// A new event on the producer's stream, for an exporter that records at each export
+    /// (`None` for the others, which wait for `ready`).
+    fn ready_now(&self) -> BridgeResult<Option<ReadyEvent>> {
+        let Some(producer) = self.producer.filter(|_| self.ready.is_some()) else {
+            return Ok(None);
+        };
+        let device = self.descriptor().device();
+        // SAFETY: the producer's stream is kept alive with the memory (`ready_at_each_export`).
+        Ok(Some(unsafe { ReadyEvent::record(device.id, producer) }?))
     }
 
     /// An owner over the source itself, for a capsule the slot cannot hold. Several capsules
