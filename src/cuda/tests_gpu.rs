@@ -759,12 +759,32 @@ fn a_no_sync_import_released_without_a_stream_waits_for_the_context_and_says_wha
     let context = device();
     let memory = DeviceAllocation::new(&context, 64 * 4);
     let (tensor, count) = imported_on_device(&memory, crate::stream::StreamRequest::NoSync);
-    let release = tensor.into_release();
+    // Work the release was told nothing about, on a stream of the memory's context: the
+    // conservative wait (the whole context) must cover it.
+    let busy = context.new_stream().unwrap();
+    let gate = closed_gate();
+    close(&busy, &gate);
+    let mut release = tensor.into_release();
     assert!(release.is_ordered(), "never an unordered deleter");
+    assert!(release.is_conservative());
+    assert!(
+        !release.is_ready(),
+        "a context synchronisation is never ready by itself (only the explicit flush makes it)"
+    );
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
     let outcome = release.complete();
+    let waited = started.elapsed();
+    opener.join().unwrap();
     assert!(
         matches!(outcome, Err(Error::ReleaseNeedsStream)),
         "{outcome:?}"
     );
     assert_eq!(CountingOwner::releases(&count), 1);
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the deleter ran after {waited:?}, before the context's work was done"
+    );
+    busy.synchronize().unwrap();
 }
