@@ -38,6 +38,19 @@
 //! without a driver, where no device work can exist, does nothing wait. A leaked tensor would
 //! hold the producer's memory (and a Python object) for the rest of the process.
 //!
+//! Exports need the mirror of this: a consumer (torch) calls an exported tensor's deleter
+//! without waiting for its own streams, and the producer's allocator (CUDA.jl's pool) reuses
+//! the memory on its own stream as soon as it is given back. So the exporter remembers the
+//! stream each consumer was handed the memory on ([`ConsumerStreams`],
+//! [`export_release_stream`]), and gives the memory back through a release fenced on them
+//! ([`PendingRelease::of_export`]), queued like an import's, never waited for in the deleter.
+//!
+//! A graph capture changes two things. An event cannot be recorded on a stream being captured
+//! (it would be a node of the graph): the record waits until the capture has ended, and the
+//! release stays queued meanwhile. And the conservative fallback (synchronising a context)
+//! would break a capture on any stream of that context: it is left to the explicit flush, and
+//! a synchronisation a capture refuses leaves the release pending ([`PendingRelease::wait`]).
+//!
 //! For the GPU check only: in a build with the `unordered-releases-for-tests` feature
 //! (scripts/gpu_check.sh's; never a shipped one), `RSDLPACK_TEST_UNORDERED_RELEASES=1` in the
 //! environment (read once per process) makes releases record no fence, so that the check can
