@@ -249,7 +249,7 @@ impl Drop for RelaxedCapture {
     }
 }
 
-/// A stream's part in graph captures, as the driver answers ([`capture_of`]).
+/// A stream's part in graph captures, as the driver answers (`cuStreamGetCaptureInfo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capture {
     /// Its work runs.
