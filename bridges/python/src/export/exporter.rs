@@ -90,6 +90,10 @@ enum Keeper {
 /// Never waits and runs no Python (any thread: a capsule's deleter runs where its consumer
 /// frees it); memory no consumer was handed on a stream is given back at once.
 fn release_memory(memory: Keeper, descriptor: &TensorDescriptor, consumers: &ConsumerStreams) {
+    // Host memory (the common case) never noted a stream: no lock taken for it.
+    if !ordered_by_streams(descriptor.device().kind) {
+        return drop(memory);
+    }
     let streams = consumers.take();
     if streams.is_empty() {
         return drop(memory);
