@@ -788,3 +788,44 @@ fn a_no_sync_import_released_without_a_stream_waits_for_the_context_and_says_wha
     );
     busy.synchronize().unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn an_exports_release_waits_for_every_consumer_stream_before_the_memory_goes_back() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let first = context.new_stream().unwrap();
+    let second = context.new_stream().unwrap();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let spec = on(CUDA0, memory.0, &[64], &[1]);
+    let (owner, count) = CountingOwner::new();
+    let managed = crate::export::export_versioned(&spec, owner, 3).unwrap();
+    let gate = closed_gate();
+    close(&second, &gate);
+    let streams = [
+        first.cu_stream() as usize,
+        second.cu_stream() as usize,
+        first.cu_stream() as usize,
+    ];
+    // SAFETY: live streams of device 0 that outlive the release.
+    let mut release = unsafe {
+        crate::PendingRelease::of_export(crate::ManagedTensor::Versioned(managed), &spec, &streams)
+    };
+    assert!(release.is_ordered());
+    assert!(
+        !release.is_ready(),
+        "the second consumer's stream is still busy: the memory must not go back"
+    );
+    assert_eq!(CountingOwner::releases(&count), 0);
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
+    release.complete().unwrap();
+    let waited = started.elapsed();
+    opener.join().unwrap();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the memory went back after {waited:?}, before the consumer's work was done"
+    );
+}
