@@ -513,9 +513,18 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
 /// What [`destroy_stream`] did: 0 not called, 1 the destroy failed, 2 the stream was destroyed.
 static DESTROYED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// [`super::fence::RECORDS_TRIED_HERE`] when [`destroy_stream`] ran.
+static TRIED_AT_DESTROY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// A keeper's give-back that destroys the stream whose handle is its token, as CUDA.jl's
 /// `CuStream` finalizer does once nothing roots the stream any more.
 fn destroy_stream(handle: u64) {
+    // How far this thread's recording had got when the stream went: a destroyed stream with
+    // pending work may still accept a record, so the order is checked here, not by a failure.
+    TRIED_AT_DESTROY.store(
+        super::fence::RECORDS_TRIED_HERE.get(),
+        std::sync::atomic::Ordering::SeqCst,
+    );
     let _context = DeviceContext::enter(0).expect("device 0's primary context");
     // SAFETY: the stream the test created for this keeper, destroyed once, here.
     let destroyed = unsafe { result::stream::destroy(handle as sys::CUstream) };
@@ -549,11 +558,17 @@ fn a_release_records_on_the_consumers_stream_before_its_keeper_lets_it_be_destro
     }
     .expect("cuLaunchHostFunc");
 
+    let tried_before = super::fence::RECORDS_TRIED_HERE.get();
     let mut release = tensor.into_release();
     assert_eq!(
         DESTROYED.load(Ordering::SeqCst),
         2,
         "the keeper was given back with the release, and the stream destroyed with work pending"
+    );
+    assert_eq!(
+        TRIED_AT_DESTROY.load(Ordering::SeqCst),
+        tried_before + 1,
+        "the stream was destroyed before the release recorded its event there"
     );
     assert!(
         !release.is_ready(),
