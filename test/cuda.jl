@@ -9,6 +9,7 @@ using Test: @test, @testset, @test_skip
 using CUDA: CuArray
 using CUDA: CUDA, CuStream
 using PythonCall: Py, PyException, pyconvert, pyhasattr, pyimport, pylist
+using PythonCall: pywith
 using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError, ReadOnlyArray
 using StridedViews: StridedView
 
@@ -142,6 +143,18 @@ else
             s = unsafe_cuda_stream(torch.cuda.current_stream().cuda_stream)
             @test s isa CuStream
             RsDLPack.unsafe_free!(A)
+        end
+        @testset "the README's PyTorch model on the GPU" begin
+            X = rand(Float32, 4, 16)
+            gpu_model = torch.nn.Linear(4, 2).to("cuda")
+            Xd = CuArray(X)
+            Yd = pywith(torch.no_grad()) do _
+                from_dlpack(CuArray, gpu_model(share(Xd, torch.from_dlpack; order=:reversed)); order=:reversed)
+            end
+            weight = pyconvert(Matrix{Float32}, gpu_model.weight.detach().cpu().numpy())
+            bias = pyconvert(Vector{Float32}, gpu_model.bias.detach().cpu().numpy())
+            @test Yd isa CuArray{Float32,2} && size(Yd) == (2, 16)
+            @test Array(Yd) ≈ weight * X .+ bias
         end
         @testset "unsafe_cuda_stream wraps torch's stream" begin
             ts = torch.cuda.Stream()

@@ -129,7 +129,7 @@ class ImportOptions(ctypes.Structure):
 
 TENSOR_P = ctypes.POINTER(DLManagedTensorVersioned)
 
-# Return codes of the entry points (RsdlErrorCode; README's table).
+# Return codes of the entry points (RsdlErrorCode; docs/src/usage.md's table).
 INVALID, BUFFER, NOT_DLPACK, PRODUCER, RESOURCE, DRIVER, INTERPRETER, INTERNAL = (
     ERROR_CODE_INVALID, ERROR_CODE_BUFFER, ERROR_CODE_NOT_DLPACK, ERROR_CODE_PRODUCER, ERROR_CODE_RESOURCE,
     ERROR_CODE_DRIVER, ERROR_CODE_INTERPRETER, ERROR_CODE_INTERNAL)
