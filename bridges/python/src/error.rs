@@ -309,10 +309,9 @@ impl BridgeError {
             | WrongDevice { .. }
             | CopyNotAllowed { .. }
             | TorchState { .. } => ErrorCode::Buffer,
-            NotDlpack { .. }
-            | TypeObject { .. }
-            | CapsuleDevice
-            | NotOurExporter { .. } => ErrorCode::NotDlpack,
+            NotDlpack { .. } | TypeObject { .. } | CapsuleDevice | NotOurExporter { .. } => {
+                ErrorCode::NotDlpack
+            }
             Declined(_) => ErrorCode::Declined,
             Producer { .. } => ErrorCode::Producer,
             InterpreterNotRunning => ErrorCode::Interpreter,

@@ -69,7 +69,8 @@ pub use sizes::{RsdlStructId, rsdlpack_struct_size};
 pub use strided_plan::{RsdlStridedPlan, rsdlpack_py_import_strided_plan};
 pub use tensor_device::rsdlpack_py_tensor_device;
 pub use values::{
-    RSDLPACK_CALL_DECLINE_REFUSALS, RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY,
-    RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
-    RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
+    RSDLPACK_CALL_DECLINE_REFUSALS, RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM,
+    RSDLPACK_PLAN_ANY, RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE,
+    RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES, RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder,
+    RsdlTarget,
 };

@@ -41,7 +41,10 @@ fn device_of(object: &Bound<'_, PyAny>) -> BridgeResult<Device> {
     // released now (see `crate::python::attach`).
     crate::python::attach::releasing(|| match producer_device(object)? {
         Some(device) => Ok(device),
-        None if object.hasattr(pyo3::intern!(object.py(), "__dlpack__")).unwrap_or(false) => {
+        None if object
+            .hasattr(pyo3::intern!(object.py(), "__dlpack__"))
+            .unwrap_or(false) =>
+        {
             Ok(Device::CPU)
         }
         None => Err(BridgeError::NotDlpack {
