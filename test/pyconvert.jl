@@ -8,6 +8,7 @@ module PyconvertRules
 
 using Test: @test, @testset, @test_throws, @test_skip
 using RsDLPack: RsDLPack, from_dlpack, share, DLPackError, ReadOnlyArray
+using StridedViews: StridedView
 using PythonCall: Py, PyArray, PyIterable, PyList, pyimport, pyconvert, pylist, pybuiltins, pydict, pyhasattr
 
 np = pyimport("numpy")
@@ -140,6 +141,25 @@ if torch !== nothing
             @test err isa DLPackError && err.kind == :buffer && occursin("readonly=true", err.message)
             @test from_dlpack(R; readonly=true) === R
             @test from_dlpack(Vector{Float32}, R; copy=true) isa Vector{Float32}
+        else
+            @test_skip "this torch has no torch.utils.dlpack.ReadOnlyTensorWrapper"
+        end
+    end
+end
+
+if torch !== nothing
+    @testset "pyconvert(StridedView, x): a StridedView, a copy of read-only memory" begin
+        t = torch.arange(12.0, dtype=torch.float32).reshape(3, 4).T  # permuted: any strides are a view
+        W = pyconvert(StridedView, t)
+        @test W isa StridedView{Float32,2} && W == Float32[0 4 8; 1 5 9; 2 6 10; 3 7 11]
+        @test UInt(pointer(parent(W))) == pyconvert(UInt, t.data_ptr())
+        @test pyconvert(StridedView{Float32,2}, t) isa StridedView{Float32,2}
+        dlpack = pyimport("torch.utils.dlpack")
+        if pyhasattr(dlpack, "ReadOnlyTensorWrapper")
+            base = torch.arange(4.0, dtype=torch.float32)
+            R = pyconvert(StridedView, dlpack.ReadOnlyTensorWrapper(base))  # none is read-only: a copy
+            @test R isa StridedView{Float32,1} && R == Float32[0, 1, 2, 3]
+            @test UInt(pointer(parent(R))) != pyconvert(UInt, base.data_ptr())
         else
             @test_skip "this torch has no torch.utils.dlpack.ReadOnlyTensorWrapper"
         end

@@ -380,3 +380,67 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a converter may decline is the object's refusal (not a tensor, the producer's,
+    /// the request's), never the caller's bug, the GIL, memory or ours.
+    #[test]
+    fn declinable_errors_are_refusals_of_the_object() {
+        let not_a_tensor = BridgeError::NotDlpack {
+            type_name: "list".into(),
+        };
+        let class = BridgeError::TypeObject {
+            type_name: "torch.Tensor".into(),
+        };
+        let refused = BridgeError::TorchState {
+            type_name: "torch.nn.parameter.Parameter".into(),
+            state: TorchState::RequiresGrad,
+        };
+        let raised = BridgeError::Producer {
+            what: "Tensor.__dlpack__".into(),
+            message: "BufferError: sparse".into(),
+        };
+        let answer = BridgeError::BadDeviceAnswer {
+            method: "X.__dlpack_device__".into(),
+            answer: "None".into(),
+        };
+        for error in [
+            not_a_tensor,
+            class,
+            refused,
+            raised,
+            answer,
+            BridgeError::CapsuleDevice,
+        ] {
+            assert!(error.declinable(), "{error}");
+        }
+        let kept = [
+            BridgeError::GilNotHeld { function: "f" },
+            BridgeError::InterpreterNotRunning,
+            BridgeError::PlanOption {
+                what: "target",
+                value: 7,
+            },
+            BridgeError::Panic {
+                place: "",
+                what: "x".into(),
+            },
+        ];
+        for error in kept {
+            assert!(!error.declinable(), "{error}");
+        }
+        let declined = BridgeError::Declined(Box::new(BridgeError::TorchState {
+            type_name: "torch.nn.parameter.Parameter".into(),
+            state: TorchState::RequiresGrad,
+        }));
+        assert_eq!(declined.code(), ErrorCode::Declined);
+        let text = declined.to_string();
+        assert!(
+            text.contains("requires grad") && text.contains("tensor.detach()"),
+            "{text}"
+        );
+    }
+}
