@@ -239,7 +239,8 @@ impl TorchState {
     fn what(self) -> &'static str {
         match self {
             Self::RequiresGrad => {
-                "it requires grad, which DLPack cannot carry (torch's __dlpack__ refuses it too)"
+                "it requires grad (every nn.Parameter does, and every tensor an autograd graph \
+                 computed), which DLPack cannot carry (torch's __dlpack__ refuses it too)"
             }
             Self::Conjugate => {
                 "it has the conjugate bit set (a lazy conjugation, e.g. from .conj()), so its \
@@ -255,7 +256,7 @@ impl TorchState {
     /// The torch call that gives a tensor DLPack can carry.
     fn fix(self) -> &'static str {
         match self {
-            Self::RequiresGrad => "tensor.detach()",
+            Self::RequiresGrad => "tensor.detach() (the same memory, outside autograd)",
             Self::Conjugate => "tensor.resolve_conj()",
             Self::Negative => "tensor.resolve_neg()",
         }
