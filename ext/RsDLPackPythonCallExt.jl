@@ -127,14 +127,17 @@ end
 `pyconvert(AbstractArray, x)`, `pyconvert(Any, x)`: a view of the tensor's memory (any strides;
 a `ReadOnlyArray` of one over read-only memory) as the array type of the tensor's device
 (`Array`, or `CuArray` with CUDA loaded); declined where the bridge declines the object, where
-no array type of its device is loaded, or where the view is no `S` (`AbstractVector` of a
-matrix).
+no array type of its device is loaded, where that type imports from another device (a CUDA
+tensor on another GPU than `CUDA.device()`: no producer is asked to copy it across), or where
+the view is no `S` (`AbstractVector` of a matrix).
 """
 function device_view(::Type{S}, x::Py) where {S}
     device = GC.@preserve x RsDLPack.python_tensor_device(pointer_of(x))
     device === nothing && return nothing
     T = RsDLPack.array_type_for(Val(device[1]))
     T === nothing && return nothing
+    wanted = RsDLPack.import_options(T, nothing)
+    wanted.has_device == 0 || (wanted.device_type, wanted.device_id) == device || return nothing
     return as_target(S, import_or_decline(T, x; readonly=true))
 end
 
