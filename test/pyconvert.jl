@@ -49,22 +49,39 @@ end
     @test RsDLPack.pyconvert_rules_enabled()  # the default; the preference turns it off
 end
 
+const CONVERSION_TARGETS = (Any, AbstractArray, Array)
+
 """
-`nameof(typeof(pyconvert(T, x, nothing)))` for each Python expression (evaluated with `torch`
-and `numpy` imported) in a Julia process that never loads RsDLPack: PythonCall's own answers,
-as they are with RsDLPack's rules off.
+`nameof(typeof(pyconvert(T, x, nothing)))` for each target `T` of `CONVERSION_TARGETS` and each
+Python expression (evaluated with `torch` and `numpy` imported), one vector per target, in
+another Julia process: one that never loads RsDLPack (`rules=:absent`: PythonCall's own
+answers), or one that loads it with its `pyconvert_rules` preference off (`rules=:off`, set in
+a project stacked under this one on the load path, as a user's would be). Its first line says
+whether the rules were on.
 """
-function pythoncall_results(T, expressions)
+function pythoncall_results(expressions; rules::Symbol)
+    load = rules === :off ? "using RsDLPack; println(RsDLPack.pyconvert_rules_enabled())" : "println(false)"
     script = """
     using PythonCall: pyconvert, pyimport, pybuiltins, pydict
+    $load
     g = pydict(); g["torch"] = pyimport("torch"); g["numpy"] = pyimport("numpy")
-    for e in $(repr(expressions))
-        println(nameof(typeof(pyconvert($T, pybuiltins.eval(e, g), nothing))))
+    for T in $(CONVERSION_TARGETS), e in $(repr(expressions))
+        println(nameof(typeof(pyconvert(T, pybuiltins.eval(e, g), nothing))))
     end
     """
     # fatou-ignore non-public-access: Base.julia_cmd is the documented way to start this same Julia
     cmd = `$(Base.julia_cmd()) --project=$(Base.active_project()) -e $script`
-    return Symbol.(split(readchomp(cmd), '\n'))
+    lines = mktempdir() do stacked
+        # RsDLPack's preferences, in an environment that names it (Base.get_preferences reads
+        # every project of the load path that has it as a dependency).
+        write(joinpath(stacked, "Project.toml"),
+              "[deps]\nRsDLPack = \"$(Base.PkgId(RsDLPack).uuid)\"\n\n[preferences.RsDLPack]\npyconvert_rules = false\n")
+        path = join(["@", stacked, "@stdlib"], Sys.iswindows() ? ';' : ':')
+        return split(readchomp(addenv(cmd, "JULIA_LOAD_PATH" => path)), '\n')
+    end
+    @test lines[1] == "false"  # the rules were off there
+    n = length(expressions)
+    return [Symbol.(lines[1 .+ (k - 1) * n .+ (1:n)]) for k in eachindex(CONVERSION_TARGETS)]
 end
 
 torch = optional("torch")
@@ -97,16 +114,17 @@ if torch !== nothing
         # The objects the bridge declines (test/python/test_decline.py: the same, through the C
         # ABI): tensors whose export torch refuses, classes, a plain object. Converted as
         # juliacall converts arguments (`Any`), as `AbstractArray` and as `Array`, they give
-        # what PythonCall gives without RsDLPack, and never throw.
+        # what PythonCall gives without RsDLPack and with its rules off, and never throw.
         declined = ["torch.nn.Parameter(torch.zeros(2))", "torch.ones(2, requires_grad=True)",
                     "torch.ones(2, requires_grad=True) * 2", "torch.tensor([1 + 2j]).conj()",
                     "torch.tensor([1 + 2j]).conj().imag", "torch.zeros(2, 2).to_sparse()", "torch.Tensor",
                     "torch.nn.Parameter", "numpy.ndarray", "object()"]
         g = pydict(); g["torch"] = torch; g["numpy"] = np
         objects = [pybuiltins.eval(e, g) for e in declined]
-        for T in (Any, AbstractArray, Array)
-            @test [nameof(typeof(pyconvert(T, x, nothing))) for x in objects] == pythoncall_results(T, declined)
-        end
+        here = [[nameof(typeof(pyconvert(T, x, nothing))) for x in objects] for T in CONVERSION_TARGETS]
+        @test RsDLPack.pyconvert_rules_enabled()
+        @test here == pythoncall_results(declined; rules=:absent)
+        @test here == pythoncall_results(declined; rules=:off)
         # from_dlpack still says why, and what to do.
         err = try from_dlpack(objects[1]); nothing catch e; e end
         @test err isa DLPackError && err.kind == :buffer && occursin("requires grad", err.message) &&
