@@ -117,7 +117,9 @@ function RsDLPack.unsafe_cuda_stream(handle::Integer)
     return Native.new_stream_object(CuStream, CUstream(h), context)
 end
 
-# pyconvert (the PythonCall extension): `pyconvert(CuArray, x)` is `from_dlpack(CuArray, x)`,
-# and a CUDA tensor converted to `AbstractArray` (or `Any`) becomes a CuArray.
+# pyconvert (the PythonCall extension): `pyconvert(CuArray, x)` is `from_dlpack(CuArray, x)` where
+# that is a CuArray (a tensor dense in its own order; other layouts are declined), and a CUDA
+# tensor on `CUDA.device()` converted to `AbstractArray` (or `Any`) becomes a CuArray or a view
+# of one.
 RsDLPack.imports_into(::Type{<:CuArray}) = true
 RsDLPack.array_type_for(::Val{KDLCUDA}) = CuArray
