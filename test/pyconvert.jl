@@ -131,6 +131,11 @@ if torch !== nothing
               occursin(".detach()", err.message)
         err = try from_dlpack(objects[7]); nothing catch e; e end
         @test err isa DLPackError && err.kind == :not_dlpack && occursin("torch.Tensor is a class", err.message)
+        # A class passed from Python (`jl.RsDLPack.share(M, torch.Tensor)`) reaches share as
+        # PythonCall's object for it, and share makes that type's object.
+        M = rand(Float32, 2, 3)
+        s = share(M, pyconvert(Any, torch.Tensor))
+        @test pyconvert(Bool, pybuiltins.isinstance(s, torch.Tensor)) && pyconvert(UInt, s.data_ptr()) == UInt(pointer(M))
     end
 
     @testset "from_dlpack takes what juliacall made of a tensor" begin
