@@ -23,6 +23,23 @@ function has_torch_cuda()
     end
 end
 
+"A plan of `kind` for a 2×3 Float32 tensor on CUDA device 0 that holds no tensor (a null handle)."
+function cuda_plan(kind::UInt8)
+    padded(t) = ntuple(k -> k <= length(t) ? Int64(t[k]) : Int64(0), RsDLPack.MAX_NDIM)
+    return RsDLPack.ArrayPlan(C_NULL, UInt(0), Int64(2), padded((2, 3)), padded((2, 3)), padded((1, 1)),
+                              padded((1, 1)), padded((2, 3)), padded((1, 2)), RsDLPack.element_code(Float32),
+                              RsDLPack.KDLCUDA, Int32(0), kind, 0x00, 0x00, 0x00)
+end
+
+# Wherever CUDA.jl loads, GPU or not: the core plans CUDA targets as views or empty results only;
+# any other kind is an internal error, never an uninitialised CuArray (nothing is allocated).
+@testset "a CUDA plan that is neither a view nor empty is an internal error" begin
+    for T in (CuArray, CuArray{Float32,2})
+        err = try RsDLPack.wrap_imported(T, cuda_plan(RsDLPack.PLAN_KIND_COPY), RsDLPack.TensorOwner(C_NULL)); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :internal && occursin("please report", err.message)
+    end
+end
+
 # Wherever CUDA.jl loads, GPU or not: a Python int reaches the CUDA extension as an integer (the
 # default-stream aliases are refused before the driver is asked).
 @testset "unsafe_cuda_stream takes a Python int" begin
@@ -80,6 +97,29 @@ else
             GC.gc(true)  # the finalizer records the release's event, then gives the root back
             RsDLPack.flush_releases()
             @test RsDLPack.rooted_count() == before
+        end
+        @testset "an empty plan is a fresh CuArray" begin
+            empty = cuda_plan(RsDLPack.PLAN_KIND_EMPTY)
+            E = RsDLPack.wrap_imported(CuArray, empty, RsDLPack.TensorOwner(C_NULL))
+            @test E isa CuArray{Float32,2} && size(E) == (2, 3)
+            @test RsDLPack.wrap_imported(CuArray{Float32,2}, empty, RsDLPack.TensorOwner(C_NULL)) isa CuArray{Float32,2}
+        end
+        @testset "pyconvert(CuArray, t) answers a CuArray or declines" begin
+            c = torch.arange(6, dtype=torch.float32, device="cuda")
+            V = pyconvert(CuArray, c)  # dense: the tensor's memory
+            @test V isa CuArray{Float32,1} && reinterpret(UInt, pointer(V)) == pyconvert(UInt, c.data_ptr())
+            @test pyconvert(CuArray{Float32,1}, c) isa CuArray{Float32,1}
+            # Row-major 2×3: a CuArray in the producer's order would need a device copy, which the
+            # core does not make; declined (the view is released at once), never a PermutedDimsArray.
+            t = c.reshape(2, 3)
+            @test pyconvert(CuArray, t, nothing) === nothing
+            @test pyconvert(CuArray{Float32,2}, t, nothing) === nothing
+            h = pyconvert(CuArray, torch.zeros(2), nothing)  # a host tensor: declined, or torch's device copy
+            @test h === nothing || h isa CuArray{Float32,1}
+            @test pyconvert(AbstractArray, t) isa PermutedDimsArray{Float32,2,<:Any,<:Any,<:CuArray}
+            p = torch.nn.Parameter(torch.zeros(2, device="cuda"))
+            @test !(pyconvert(Any, p) isa AbstractArray)   # requires grad: declined, PythonCall's answer stands
+            @test pyconvert(CuArray, p, nothing) === nothing
         end
         @testset "typed CuArray forms" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)

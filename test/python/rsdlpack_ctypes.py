@@ -324,6 +324,8 @@ class Bridge:
         lib.rsdlpack_py_flush_releases_with_flags.restype = ctypes.c_int32
         lib.rsdlpack_py_take_released_roots.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
         lib.rsdlpack_py_take_released_roots.restype = ctypes.c_size_t
+        lib.rsdlpack_py_tensor_device.argtypes = [ctypes.py_object, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_tensor_device.restype = ctypes.c_int32
 
     def _message(self, pointer):
         text = ctypes.string_at(pointer.value).decode()
@@ -366,6 +368,16 @@ class Bridge:
         if code != 0:
             return None, (code, self._message(error))
         return out, None
+
+    def tensor_device(self, obj, flags=0):
+        """rsdlpack_py_tensor_device: ((device_type, device_id), None) or (None, (code, message))."""
+        device_type, device_id = ctypes.c_uint32(), ctypes.c_int32()
+        error = ctypes.c_void_p()
+        code = self.lib.rsdlpack_py_tensor_device(obj, flags, ctypes.byref(device_type), ctypes.byref(device_id),
+                                                  ctypes.byref(error))
+        if code != 0:
+            return None, (code, self._message(error))
+        return (device_type.value, device_id.value), None
 
     def import_strided_plan(self, obj, plan_options=None, options=None, flags=0):
         """rsdlpack_py_import_strided_plan: (StridedPlan, None) or (None, (code, message))."""

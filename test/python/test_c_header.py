@@ -75,7 +75,7 @@ def test_the_mirrors_match_the_header(tmp_path):
     code, output = run_check(tmp_path)
     assert code == 0, output
     assert "ctypes: 8 structs checked" in output and "Julia: 7 structs checked" in output, output
-    assert "header: 8 structs, 26 functions" in output, output
+    assert "header: 8 structs, 27 functions" in output, output
 
 
 def test_two_swapped_julia_fields_fail_naming_both_sides(tmp_path):
@@ -173,14 +173,14 @@ def test_a_constant_new_in_the_header_fails_every_copy_until_regenerated(tmp_pat
     # A new error code in the Rust (so in the header): the generated files are stale, and Julia's
     # kinds and both documents' tables lack it.
     header = replace_once(HEADER.read_text(), "  RSDL_ERROR_CODE_INTERNAL = 99,\n",
-                          "  RSDL_ERROR_CODE_INTERNAL = 99,\n  RSDL_ERROR_CODE_TIMEOUT = 8,\n")
+                          "  RSDL_ERROR_CODE_INTERNAL = 99,\n  RSDL_ERROR_CODE_TIMEOUT = 9,\n")
     code, output = run_check(tmp_path, header=header)
     assert code == 1, output
-    assert "abi.jl is stale" in output and "the header gives `const ERROR_CODE_TIMEOUT = Int32(8)`" in output, output
-    assert "rsdlpack_abi.py is stale" in output and "the header gives `ERROR_CODE_TIMEOUT = 8`" in output, output
-    assert "Julia ERROR_KINDS has no kind for RSDL_ERROR_CODE_TIMEOUT (8)" in output, output
+    assert "abi.jl is stale" in output and "the header gives `const ERROR_CODE_TIMEOUT = Int32(9)`" in output, output
+    assert "rsdlpack_abi.py is stale" in output and "the header gives `ERROR_CODE_TIMEOUT = 9`" in output, output
+    assert "Julia ERROR_KINDS has no kind for RSDL_ERROR_CODE_TIMEOUT (9)" in output, output
     for doc in ("usage.md", "c_abi.md"):
-        assert f"{doc}: the error-code table lacks RSDL_ERROR_CODE_TIMEOUT (8)" in output, output
+        assert f"{doc}: the error-code table lacks RSDL_ERROR_CODE_TIMEOUT (9)" in output, output
 
 
 def test_a_julia_error_kind_under_another_code_fails(tmp_path):
@@ -200,10 +200,10 @@ def test_julia_element_types_in_another_order_fail(tmp_path):
 
 
 def test_a_document_s_error_table_with_a_wrong_code_fails(tmp_path):
-    usage_md = replace_once(USAGE_MD.read_text(), "| 3 | `:not_dlpack` |", "| 8 | `:not_dlpack` |")
+    usage_md = replace_once(USAGE_MD.read_text(), "| 3 | `:not_dlpack` |", "| 9 | `:not_dlpack` |")
     code, output = run_check(tmp_path, usage_md=usage_md)
     assert code == 1, output
-    assert "usage.md: error code 8 (:not_dlpack) is no RsdlErrorCode" in output, output
+    assert "usage.md: error code 9 (:not_dlpack) is no RsdlErrorCode" in output, output
     assert "usage.md: the error-code table lacks RSDL_ERROR_CODE_NOT_DLPACK (3)" in output, output
     c_abi_md = replace_once(C_ABI_MD.read_text(), "| `MemoryError` | `:resource` |", "| `MemoryError` | `:producer` |")
     code, output = run_check(tmp_path, c_abi_md=c_abi_md)
