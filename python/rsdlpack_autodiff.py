@@ -36,6 +36,10 @@ KIND_NONE = 3  # output: Python returned None (Julia's `nothing`)
 
 SINGLE, TUPLE = 0, 1  # what the function returned: one value, or a tuple of them
 
+# How Julia shares arrays with a callable (its `share_codes`): into its `tensor_type`, or as
+# exporters (DLPack objects the backend imports itself).
+SHARE_EXPORTER, SHARE_INTO_TYPE = 0, 1
+
 ORDERS = ("reversed", "producer")
 
 
@@ -221,23 +225,60 @@ def _split_outputs(be, result):
     return structure, outputs, kinds
 
 
+def _device_type(be, t):
+    """DLPack's device type of a tensor (kDLCPU 1, kDLCUDA 2, ...): which Julia array type
+    imports it."""
+    if t is None:
+        return 0
+    if be.name == "torch":
+        kind = t.device.type
+        if kind == "cpu":
+            return 1
+        if kind == "cuda" and t.device.index is not None and not be.torch.version.hip:
+            return 2
+    return int(t.__dlpack_device__()[0])
+
+
 class Forward:
-    """What `forward` returns, read by Julia as four fields: `structure` (SINGLE or TUPLE),
-    `kinds` (per output), `outputs` (a tuple, None where the function returned None) and
-    `pullback`."""
+    """What `forward` returns: `structure` (SINGLE or TUPLE), `kinds` (per output),
+    `outputs` (a tuple, None where the function returned None) and `pullback`. Julia reads
+    `codes`, all of it as ints in one tuple: (structure, n, kind_1..kind_n, device_1..device_n),
+    a device being DLPack's device type (0 for None)."""
 
-    __slots__ = ("structure", "kinds", "outputs", "pullback")
+    __slots__ = ("structure", "kinds", "devices", "outputs", "pullback")
 
-    def __init__(self, structure, kinds, outputs, pullback):
+    def __init__(self, be, structure, kinds, outputs, pullback):
         self.structure = structure
         self.kinds = tuple(kinds)
         self.outputs = tuple(outputs)
+        self.devices = tuple(_device_type(be, o) for o in self.outputs)
         self.pullback = pullback
+
+    @property
+    def codes(self):
+        return (self.structure, len(self.kinds), *self.kinds, *self.devices)
+
+
+class Cotangents:
+    """What a pullback returns: per input its `kinds` (KIND_TANGENT, KIND_ZERO,
+    KIND_NO_TANGENT) and the cotangent `tensors` (None unless KIND_TANGENT). Julia reads
+    `codes`: (kind_1..kind_n, device_1..device_n)."""
+
+    __slots__ = ("kinds", "devices", "tensors")
+
+    def __init__(self, be, kinds, tensors):
+        self.kinds = tuple(kinds)
+        self.tensors = tuple(tensors)
+        self.devices = tuple(_device_type(be, t) for t in self.tensors)
+
+    @property
+    def codes(self):
+        return (*self.kinds, *self.devices)
 
 
 class Pullback:
     """The vector-Jacobian product a forward recorded. Called with one cotangent per output
-    (a shared tensor, or None for zero), returns `(kinds, cotangents)`: one per input."""
+    (a shared tensor, or None for zero), returns `Cotangents`: one per input."""
 
     def __init__(self, be, order, vjp, n_inputs, positions, output_kinds, outputs, retain):
         self._be = be
@@ -310,13 +351,20 @@ class Pullback:
         self._used = True
         if not self._retain:
             self._vjp = None
-        return tuple(kinds), tuple(tangents)
+        return Cotangents(self._be, kinds, tangents)
 
 
 # ---- the callables Julia wraps -------------------------------------------------------------
 
 
-class Function:
+class _Callable:
+    @property
+    def share_codes(self):
+        """(SHARE_INTO_TYPE,) when Julia shares inputs into `tensor_type`, else (SHARE_EXPORTER,)."""
+        return (SHARE_EXPORTER if self.tensor_type is None else SHARE_INTO_TYPE,)
+
+
+class Function(_Callable):
     """A Python callable of tensors (a torch function or `nn.Module`, whose parameters are
     constants here; a JAX function, jitted or not) made differentiable from Julia.
 
@@ -393,7 +441,7 @@ class Function:
                 return vjp_fn(cot)
 
         pullback = Pullback(self.backend, self.order, vjp, len(inputs.values), positions, kinds, outputs, self.retain)
-        return Forward(structure, kinds, outputs, pullback)
+        return Forward(self.backend, structure, kinds, outputs, pullback)
 
     def _jax_forward(self, inputs, positions):
         jax = self.backend.jax
@@ -408,10 +456,10 @@ class Function:
             return vjp_fn(cot)
 
         pullback = Pullback(self.backend, self.order, vjp, len(inputs.values), positions, kinds, outputs, self.retain)
-        return Forward(structure, kinds, outputs, pullback)
+        return Forward(self.backend, structure, kinds, outputs, pullback)
 
 
-class Module:
+class Module(_Callable):
     """A torch `nn.Module` called functionally (`torch.func.functional_call`) on parameters and
     buffers Julia owns: the Lux layer's Python half.
 
@@ -488,4 +536,4 @@ class Module:
         all_outputs = [o.detach() if o is not None else None for o in outputs] + [b for b in buffers]
         all_kinds = kinds + [KIND_NO_TANGENT if b is not None else KIND_NONE for b in buffers]
         pullback = Pullback(self.backend, self.order, vjp, len(objects), positions, all_kinds, all_outputs, retain)
-        return Forward(TUPLE, all_kinds, all_outputs, pullback)
+        return Forward(self.backend, TUPLE, all_kinds, all_outputs, pullback)

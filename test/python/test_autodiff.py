@@ -105,9 +105,10 @@ def run(julia, function, memories, cotangent_for=None, prefix=()):
         return forward, outputs, None
     cotangents = cotangent_for(forward)
     shared = [None if c is None else julia.share(c, into) for c in cotangents]
-    kinds, tangents = forward.pullback(*shared)
+    result = forward.pullback(*shared)
     del shared
-    read = [read_in_place(julia, t) if kind == ad.KIND_TANGENT else kind for kind, t in zip(kinds, tangents)]
+    assert result.codes == (*result.kinds, *(1 if t is not None else 0 for t in result.tensors))
+    read = [read_in_place(julia, t) if kind == ad.KIND_TANGENT else kind for kind, t in zip(result.kinds, result.tensors)]
     return forward, outputs, read
 
 
@@ -152,6 +153,8 @@ def test_torch_values_and_gradients_equal_torchs(bridge, dtype):
     forward, outputs, grads = run(julia, f, [a, b, idx], ones_like_outputs)
     assert forward.structure == ad.TUPLE
     assert forward.kinds == (ad.KIND_TANGENT, ad.KIND_NO_TANGENT, ad.KIND_NONE, ad.KIND_TANGENT, ad.KIND_TANGENT)
+    # What Julia reads: structure, count, kinds, then DLPack device types (None: 0).
+    assert forward.codes == (ad.TUPLE, 5, *forward.kinds, 1, 1, 0, 1, 1)
 
     ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
     expected = several(ta, tb, torch.tensor(idx))
@@ -192,8 +195,9 @@ def test_a_single_output_is_single_and_zero_cotangents_give_zero(bridge):
     # A non-tensor input is passed as it is, and has no tangent.
     f = ad.Function(lambda a, k: a * k, "torch")
     forward = f.forward(julia.share(x, torch.Tensor), 3.0)
-    kinds, tangents = forward.pullback(julia.share(julia.array((3,), "float64", values=np.ones(3)), torch.Tensor))
-    assert kinds == (ad.KIND_TANGENT, ad.KIND_NO_TANGENT) and torch.equal(tangents[0], torch.full((3,), 3.0, dtype=torch.float64))
+    result = forward.pullback(julia.share(julia.array((3,), "float64", values=np.ones(3)), torch.Tensor))
+    assert result.kinds == (ad.KIND_TANGENT, ad.KIND_NO_TANGENT)
+    assert torch.equal(result.tensors[0], torch.full((3,), 3.0, dtype=torch.float64))
 
 
 def test_an_input_the_function_does_not_use_has_a_zero_cotangent(bridge):
@@ -237,8 +241,9 @@ def test_inputs_are_julias_memory_and_outputs_and_cotangents_are_read_in_place(b
     shared = julia.share(cot, torch.Tensor)
     assert shared.data_ptr() == cot.ctypes.data
     assert forward.pullback._cotangent(0, shared, (64, 32), torch.float32) is shared
-    kinds, (g,) = forward.pullback(shared)
-    assert kinds == (ad.KIND_TANGENT,) and not g.requires_grad and torch.all(g == 3)
+    result = forward.pullback(shared)
+    (g,) = result.tensors
+    assert result.kinds == (ad.KIND_TANGENT,) and not g.requires_grad and torch.all(g == 3)
 
 
 def test_jax_inputs_are_julias_memory_when_aligned(bridge):
@@ -370,7 +375,7 @@ def test_a_pullback_runs_once_unless_retained(bridge):
     with pytest.raises(ad.PullbackUsedError, match="retain_pullback=true"):
         forward.pullback(cot)
     forward = ad.Function(torch.sin, "torch", retain=True).forward(julia.share(x, torch.Tensor))
-    first, second = forward.pullback(cot)[1][0], forward.pullback(cot)[1][0]
+    first, second = forward.pullback(cot).tensors[0], forward.pullback(cot).tensors[0]
     assert torch.equal(first, second) and torch.allclose(first, torch.cos(torch.tensor(x)))
 
 
