@@ -105,6 +105,12 @@ class _Torch:
     def detach(self, t):
         return t.detach() if isinstance(t, self.torch.Tensor) else t
 
+    def device(self, t):
+        return t.device
+
+    def to_device(self, t, device):
+        return t.to(device)
+
 
 class _Jax:
     name = "jax"
@@ -139,6 +145,12 @@ class _Jax:
 
     def detach(self, t):
         return t
+
+    def device(self, t):
+        return next(iter(t.devices()))
+
+    def to_device(self, t, device):
+        return self.jax.device_put(t, device)
 
 
 _BACKENDS = {}
@@ -287,8 +299,8 @@ class Pullback:
         self._n_inputs = n_inputs
         self._positions = positions
         self._output_kinds = output_kinds
-        # Shapes and dtypes only: the outputs themselves are Julia's now.
-        self._expected = [(tuple(o.shape), o.dtype) if o is not None else None for o in outputs]
+        # Shapes, dtypes and devices only: the outputs themselves are Julia's now.
+        self._expected = [(tuple(o.shape), o.dtype, be.device(o)) if o is not None else None for o in outputs]
         self._retain = retain
         self._used = False
 
@@ -301,9 +313,13 @@ class Pullback:
         """Lets go of what the forward saved, now (what dropping the pullback does)."""
         self._vjp = None
 
-    def _cotangent(self, k, x, output_shape, output_dtype):
+    def _cotangent(self, k, x, output_shape, output_dtype, output_device=None):
         be = self._be
         t = be.as_tensor(x)
+        if output_device is not None and be.device(t) != output_device:
+            # A cotangent Julia had to make on the host (a FillArrays one, collected) for an
+            # output on a GPU: the one copy this module makes.
+            t = be.to_device(t, output_device)
         shape = tuple(t.shape)
         if shape != output_shape:
             raise CotangentMismatchError(
@@ -332,11 +348,11 @@ class Pullback:
         for k, (kind, x) in enumerate(zip(self._output_kinds, cotangents)):
             if kind != KIND_TANGENT:
                 continue  # no tangent flows back from a non-differentiable output
-            shape, dtype = self._expected[k]
+            shape, dtype, device = self._expected[k]
             if x is None:
                 given.append(None)
             else:
-                given.append(self._cotangent(k, x, shape, dtype))
+                given.append(self._cotangent(k, x, shape, dtype, device))
                 any_given = True
         kinds = [KIND_NO_TANGENT] * self._n_inputs
         tangents = [None] * self._n_inputs

@@ -10,6 +10,7 @@ same numbers.
 import gc
 import itertools
 import pathlib
+import re
 import resource
 import subprocess
 import sys
@@ -572,3 +573,47 @@ def test_a_linear_layer_whose_weights_julia_set_computes_w_x_plus_b_in_julias_di
     forward = m.forward(True, *(julia.share(a, torch.Tensor) for a in (w_mem, b_julia, x_mem)))
     y_julia = forward.outputs[0].numpy().T  # Julia's out×batch array over the output's memory
     np.testing.assert_allclose(y_julia, w_julia.T @ x_julia + b_julia[:, None])
+
+
+def test_a_training_loop_through_the_bridge_lowers_the_loss(bridge):
+    """test/lux.jl's loop, as Julia runs it: the parameters are Julia's arrays, shared into torch
+    at every step; the gradients come back through the pullback and are read in place; the update
+    (plain gradient descent here) happens on Julia's side."""
+    julia = Julia(bridge)
+    sys.path.insert(0, str(REPO / "test"))
+    import autodiff_helpers
+
+    m = ad.Module(autodiff_helpers.mlp(0))
+    params = [julia.array(tuple(p.shape), "float32", values=p.numpy()) for p in m.initial_parameters()]
+    rng = np.random.default_rng(5)
+    x = julia.array((64, 4), "float32", rng)
+    target = np.array(x @ (np.array([[1, -1, 0, 2], [0, 1, -1, 0], [1, 1, 1, 1]], dtype=np.float32).T / 2), order="C")
+    losses = []
+    for _ in range(100):
+        forward, outputs, grads = run(julia, m, [*params, x],
+                                      lambda fw: [np.array(fw.outputs[0].numpy() - target, order="C")], prefix=(True,))
+        losses.append(float(np.sum((outputs[0] - target) ** 2) / 2))
+        params = [julia.array(p.shape, "float32", values=p - 0.01 * g) for p, g in zip(params, grads[:4])]
+    assert losses[-1] < 0.2 * losses[0], losses[::10]
+
+
+def test_the_julia_half_reads_the_same_codes():
+    """julia/autodiff.jl's constants are this module's (Julia maps them, Python decides them)."""
+    text = (REPO / "julia" / "autodiff.jl").read_text()
+    constants = dict(re.findall(r"^const (\w+) = (\d+)", text, re.M))
+    assert {name: int(v) for name, v in constants.items()} == {
+        "KIND_NO_TANGENT": ad.KIND_NO_TANGENT, "KIND_TANGENT": ad.KIND_TANGENT, "KIND_ZERO": ad.KIND_ZERO,
+        "KIND_NONE": ad.KIND_NONE, "STRUCTURE_SINGLE": ad.SINGLE, "SHARE_INTO_TYPE": ad.SHARE_INTO_TYPE}
+    # Julia finds the module in the package's python/ directory, by this name.
+    assert 'const AUTODIFF_PYTHON_DIR = joinpath(PACKAGE_DIR, "python")' in text
+    assert f'const AUTODIFF_MODULE = "{ad.__name__}"' in text
+    assert pathlib.Path(ad.__file__).resolve() == REPO / "python" / "rsdlpack_autodiff.py"
+
+
+def test_the_python_half_ships_with_the_package():
+    """Pkg installs the tracked files (test_install.py copies exactly those): the module must be one."""
+    listing = subprocess.run(["git", "ls-files", "python/rsdlpack_autodiff.py"], cwd=REPO, capture_output=True,
+                             text=True)
+    if listing.returncode != 0:
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    assert listing.stdout.strip() == "python/rsdlpack_autodiff.py"
