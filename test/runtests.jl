@@ -169,6 +169,8 @@ FRONTEND == "PythonCall" && include("readme_pythoncall.jl")
 # PythonCall only: its pyconvert rules and wrapper types.
 FRONTEND == "PythonCall" && include("pyconvert.jl")
 FRONTEND == "PyCall" && include("readme_pycall.jl")
+# docs/src/autodiff.md's examples, as the page writes them (PythonCall, as the page does).
+FRONTEND == "PythonCall" && include("autodiff_example.jl")
 
 # test/cuda.jl uses PythonCall, so it runs in that front-end's process. CUDA.jl is a test
 # dependency (Project.toml [extras]): the file always runs, and says so when it skips.
