@@ -531,7 +531,8 @@ class Module(_Callable):
         buffers = [b.detach().clone() if b is not None else None for b in inputs.values[n_params:n_params + n_buffers]]
         state = dict(zip(self.parameter_names, leaves[:n_params]))
         state.update(zip(self.buffer_names, buffers))
-        self.module.train(bool(training))
+        if self.module.training != bool(training):  # train() walks every submodule: only on a change
+            self.module.train(bool(training))
         with torch.enable_grad():
             try:
                 result = torch.func.functional_call(self.module, state, tuple(leaves[n_params + n_buffers:]))
