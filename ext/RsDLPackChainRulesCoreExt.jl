@@ -45,16 +45,20 @@ end
 function ChainRulesCore.rrule(::typeof(RsDLPack.module_apply), call::RsDLPack.TorchModuleCall, training::Bool,
                               ps::NamedTuple, buffers::NamedTuple, inputs::Tuple)
     f = RsDLPack.module_function(call, training)
-    outputs, back = ChainRulesCore.rrule(f, RsDLPack.module_arguments(call, ps, buffers, inputs)...)
-    np, nb = length(ps), length(buffers)
+    results, back = ChainRulesCore.rrule(f, RsDLPack.module_arguments(call, ps, buffers, inputs)...)
+    n, np, nb = RsDLPack.output_count(call, results), length(ps), length(buffers)
     function module_apply_pullback(ȳ)
-        grads = Base.tail(back(ȳ))
+        # ȳ is the cotangent of (y, new_buffers); the buffers carry none back.
+        c = unthunk(ȳ)
+        dy = c isa AbstractZero ? c : unthunk(c[1])
+        outputs = n == 1 ? (dy,) : ntuple(k -> dy isa AbstractZero ? dy : dy[k], n)
+        grads = Base.tail(back((outputs..., ntuple(_ -> ZeroTangent(), nb)...)))
         by_name = NamedTuple{Tuple(call.parameter_names)}(ntuple(k -> grads[k], np))
-        dps = Tangent{typeof(ps)}(; NamedTuple{keys(ps)}(map(n -> by_name[n], keys(ps)))...)  # in ps's own order
+        dps = Tangent{typeof(ps)}(; NamedTuple{keys(ps)}(map(name -> by_name[name], keys(ps)))...)  # in ps's own order
         dinputs = Tangent{typeof(inputs)}(ntuple(k -> grads[np+nb+k], length(inputs))...)
         return (NoTangent(), NoTangent(), NoTangent(), dps, NoTangent(), dinputs)
     end
-    return outputs, module_apply_pullback
+    return RsDLPack.split_results(call, results), module_apply_pullback
 end
 
 end # module

@@ -30,11 +30,7 @@ LuxCore.initialstates(::AbstractRNG, l::TorchLayer) =
 
 function (l::TorchLayer)(x, ps, st::NamedTuple)
     training = st.training isa Val{true}
-    results = RsDLPack.module_apply(l.call, training, ps, st.buffers, x isa Tuple ? x : (x,))
-    nb = length(st.buffers)
-    n = length(results) - nb
-    y = n == 1 ? results[1] : ntuple(k -> results[k], n)
-    buffers = NamedTuple{keys(st.buffers)}(ntuple(k -> results[n+k], nb))
+    y, buffers = RsDLPack.module_apply(l.call, training, ps, st.buffers, x isa Tuple ? x : (x,))
     return y, merge(st, (; buffers=buffers))
 end
 

@@ -226,15 +226,27 @@ end
 
 """
     module_apply(call::TorchModuleCall, training::Bool, ps::NamedTuple, buffers::NamedTuple, inputs::Tuple)
+        -> (y, new_buffers)
 
 A module call on parameters and buffers by name (in whatever order `ps` and `buffers` hold
-them): the tuple of the module's outputs followed by the buffers after the call. Its `rrule`
-(ChainRulesCore extension) gives `ps` a structural tangent by name, so Zygote's gradient with
-respect to `ps` is a `NamedTuple` like `ps`.
+them): the module's output (a tuple for several) and its buffers after the call, a
+`NamedTuple` in the module's order. Its `rrule` (ChainRulesCore extension) gives `ps` a
+structural tangent by name, so Zygote's gradient with respect to `ps` is a `NamedTuple` like
+`ps`; the buffers have none.
 """
 function module_apply(call::TorchModuleCall, training::Bool, ps::NamedTuple, buffers::NamedTuple, inputs::Tuple)
-    return module_function(call, training)(module_arguments(call, ps, buffers, inputs)...)
+    results = module_function(call, training)(module_arguments(call, ps, buffers, inputs)...)
+    return split_results(call, results)
 end
+
+"The Python call's flat results as (the module's output, its buffers by name): the buffers come last."
+function split_results(call::TorchModuleCall, results::Tuple)
+    n = output_count(call, results)
+    y = n == 1 ? results[1] : results[1:n]
+    return y, NamedTuple{Tuple(call.buffer_names)}(results[n+1:end])
+end
+
+output_count(call::TorchModuleCall, results::Tuple) = length(results) - length(call.buffer_names)
 
 module_function(call::TorchModuleCall, training::Bool) = training ? call.train : call.test
 
