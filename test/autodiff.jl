@@ -6,6 +6,7 @@
 
 using Zygote: Zygote
 using ChainRulesCore: ChainRulesCore, NoTangent, ZeroTangent
+using RsDLPack: PyFunction, torch_layer
 
 const ADH = pyimport_("autodiff_helpers")
 adh(name, args...) = pycall_(getproperty(ADH, Symbol(name)), args...)
