@@ -214,12 +214,18 @@ end
 
 """
 The module's initial parameters (`which = "initial_parameters"`) or buffers
-(`"initial_buffers"`) as Julia's own arrays (copied), in a `NamedTuple` by name.
+(`"initial_buffers"`) as Julia's arrays, in a `NamedTuple` by name: copies the Python half made,
+on the module's device; host ones copied again into Julia's own memory (an `Array`), device ones
+held as they are (a `CuArray` over the copy, which nothing else holds).
 """
 function initial_arrays(call::TorchModuleCall, which::String)
-    names = which == "initial_parameters" ? call.parameter_names : call.buffer_names
+    parameters = which == "initial_parameters"
+    names = parameters ? call.parameter_names : call.buffer_names
+    devices = python_ints(python_attribute(call.python, parameters ? "parameter_devices" : "buffer_devices"))
     objects = python_items(python_call(python_attribute(call.python, which)))
-    arrays = map(o -> from_dlpack(Array, o; order=call.order, copy=true), objects)
+    arrays = map(objects, devices) do o, device
+        device == KDLCPU ? from_dlpack(Array, o; order=call.order, copy=true) : import_result(call.train, o, device)
+    end
     foreach(python_release!, objects)
     return NamedTuple{Tuple(names)}(Tuple(arrays))
 end

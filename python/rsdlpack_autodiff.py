@@ -508,11 +508,21 @@ class Module(_Callable):
         return f"rsdlpack_autodiff.Module({type(self.module).__name__}, order={self.order!r})"
 
     def initial_parameters(self):
-        """The module's parameters as detached tensors (Julia copies them: its own arrays)."""
-        return tuple(p.detach() for _, p in self.module.named_parameters())
+        """Copies of the module's parameters, detached (Julia's from then on: it copies host
+        ones into its own memory and holds device ones as they are)."""
+        return tuple(p.detach().clone() for _, p in self.module.named_parameters())
 
     def initial_buffers(self):
-        return tuple(b.detach() for _, b in self.module.named_buffers())
+        return tuple(b.detach().clone() for _, b in self.module.named_buffers())
+
+    @property
+    def parameter_devices(self):
+        """DLPack's device type of each parameter: which Julia array type holds it."""
+        return tuple(_device_type(self.backend, p) for _, p in self.module.named_parameters())
+
+    @property
+    def buffer_devices(self):
+        return tuple(_device_type(self.backend, b) for _, b in self.module.named_buffers())
 
     def forward(self, training, *objects):
         torch = self.backend.torch

@@ -520,6 +520,10 @@ def test_a_module_called_on_julias_parameters_matches_the_module(bridge):
     m = ad.Module(net)
     assert m.parameter_names == ("0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias")
     assert m.buffer_names == ("1.running_mean", "1.running_var", "1.num_batches_tracked")
+    # Copies, on the module's device (Julia copies host ones into its own memory, holds device ones).
+    assert m.parameter_devices == (1,) * 6 and m.buffer_devices == (1,) * 3
+    assert all(c.data_ptr() != p.data_ptr() and torch.equal(c, p.detach())
+               for c, p in zip(m.initial_parameters(), net.parameters()))
     # Julia's copies of the initial parameters and buffers, which it owns from now on.
     params = [julia.array(tuple(p.shape), "float32", values=p.numpy()) for p in m.initial_parameters()]
     buffers = [julia.array(tuple(b.shape), str(b.dtype).removeprefix("torch."), values=b.numpy())
