@@ -153,11 +153,15 @@ end
 # An argument as Python gets it: arrays shared zero-copy (anything `share` cannot describe,
 # such as a FillArrays cotangent or an `Adjoint`, collected first), other values as they are.
 share_argument(f::PyFunction, A::AbstractArray) = share(shareable(A), f.into; order=f.order)
+# A read-only array goes as an exporter, which carries DLPack's READ_ONLY flag (a type's C
+# exchange API, torch.Tensor's, makes writable tensors only, and refuses it); an in-place write
+# into it is still reported by the Python half.
+share_argument(f::PyFunction{O}, A::ReadOnlyArray) where {O} = share(A, O; order=f.order)
 share_argument(::PyFunction, x) = x
 # Lets go of the objects `share_argument` made (only those: a Python object passed in is the caller's).
 release_shared!(args::Tuple, shared::Tuple) =
     foreach((a, s) -> a isa AbstractArray && python_release!(s), args, shared)
-shareable(A::AbstractArray) = A isa ReadOnlyArray || is_strided(A) ? A : collect(A)
+shareable(A::AbstractArray) = is_strided(A) ? A : collect(A)
 
 function import_result(f::PyFunction, o, device::Integer)
     T = array_type_for(Val(UInt32(device)))

@@ -26,6 +26,7 @@ if jl(Bool, "has", "torch")
         Y = f(A, B)
         @test Y isa Matrix{Float64} && size(Y) == (3, 5)
         @test Y ≈ tanh.(B * A)
+        @test f(ReadOnlyArray(A), B) ≈ Y  # a read-only array goes as an exporter (torch.from_dlpack)
         gA, gB = Zygote.gradient((x, w) -> sum(abs2, f(x, w)) / 2, A, B)
         want_a, want_b = owned_all(adh("half_sum_of_squares_grads_torch", adh("torch_function"), a, b), 2)
         @test gA ≈ want_a && gB ≈ want_b

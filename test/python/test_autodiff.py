@@ -23,6 +23,7 @@ jax = pytest.importorskip("jax", reason="jax is in scripts/requirements.txt")
 import jax.numpy as jnp  # noqa: E402
 
 from rsdlpack_ctypes import (  # noqa: E402
+    ACCESS_READ_ONLY,
     ELEMENT_CODES,
     INDEX_ORDER_PRODUCER,
     INDEX_ORDER_REVERSED,
@@ -621,3 +622,21 @@ def test_the_python_half_ships_with_the_package():
     if listing.returncode != 0:
         pytest.skip("not a git checkout: the tracked files are unknown")
     assert listing.stdout.strip() == "python/rsdlpack_autodiff.py"
+
+
+def test_a_read_only_array_goes_as_an_exporter_and_torch_reads_it_in_place(bridge):
+    """What Julia does with a ReadOnlyArray: an exporter (READ_ONLY set), which torch.from_dlpack
+    takes zero-copy; the gradient is as for any input."""
+    julia = Julia(bridge)
+    memory = julia.array((3,), "float64")
+    root = next(ROOT_IDS)
+    julia.arrays[root] = memory
+    (exporter, _), error = bridge.share(memory.ctypes.data, [3], [1], ELEMENT_CODES["float64"], root_id=root,
+                                        order=INDEX_ORDER_REVERSED, read_only=ACCESS_READ_ONLY)
+    assert error is None, error
+    f = ad.Function(torch.sin, "torch")
+    inputs = ad._Inputs(f.backend, [exporter])
+    assert inputs.values[0].data_ptr() == memory.ctypes.data
+    forward = f.forward(exporter)
+    result = forward.pullback(julia.share(julia.array((3,), "float64", values=np.ones(3)), torch.Tensor))
+    assert torch.allclose(result.tensors[0], torch.cos(torch.tensor(memory)))
