@@ -22,6 +22,7 @@ makedocs(;
         "Home" => "index.md",
         "Usage" => "usage.md",
         "pyconvert and juliacall" => "pyconvert.md",
+        "Autodiff through torch and JAX" => "autodiff.md",
         "StridedView" => "strided.md",
         "CUDA" => "cuda.md",
         "Reactant" => "reactant.md",

@@ -148,6 +148,9 @@ const PRIORITIES = Dict("ARRAY" => PythonCall.PYCONVERT_PRIORITY_ARRAY,
 const RULES = [(String(rule["type"]), PRIORITIES[rule["priority"]])
                for rule in RsDLPack.TOML.parsefile(RULES_FILE)["rule"]]
 
+# Differentiable calls (RsDLPack.PyFunction, torch_layer): the object operations they need.
+include("autodiff_pythoncall.jl")
+
 function __init__()
     RsDLPack.load_python_bridge!()
     RsDLPack.pyconvert_rules_enabled() || return

@@ -11,6 +11,10 @@ using CUDA: CUDA, CuStream
 using PythonCall: Py, PyException, pyconvert, pyhasattr, pyimport, pylist
 using PythonCall: pywith
 using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError, ReadOnlyArray
+using RsDLPack: PyFunction, torch_layer
+using LuxCore: LuxCore
+using Random: Random
+using Zygote: Zygote
 using StridedViews: StridedView
 
 "Whether torch imports and sees a GPU (false when torch is not installed)."
@@ -205,6 +209,27 @@ else
             @test getfield(s, :ctx) == CUDA.context()  # the context the driver reported
             err = try unsafe_cuda_stream(1); nothing catch e; e end
             @test err isa DLPackError && occursin("default-stream alias", err.message)
+        end
+        @testset "a torch CUDA MLP differentiated from Julia (torch_layer, PyFunction)" begin
+            torch.manual_seed(0)
+            mlp = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)).cuda()
+            model = torch_layer(mlp)
+            ps, st = LuxCore.setup(Random.default_rng(), model)
+            @test ps[Symbol("0.weight")] isa CuArray{Float32,2} && size(ps[Symbol("0.weight")]) == (8, 32)
+            x = CUDA.zeros(Float32, 8, 256)
+            x .= CuArray(reshape(Float32.(1:8*256) ./ 2048, 8, 256))  # Julia's write, on its task stream
+            (g,) = Zygote.gradient(p -> sum(abs2, first(model(x, p, st))) / 2, ps)
+            @test g[Symbol("0.weight")] isa CuArray{Float32,2}
+            # torch's own gradient on the same numbers (x read after Julia's write: else these differ).
+            xt = share(x, torch.from_dlpack; order=:reversed)
+            (mlp(xt)^2).sum().div(2).backward()
+            for (k, name) in enumerate(keys(g))
+                want = from_dlpack(CuArray, pylist(mlp.parameters())[k - 1].grad; order=:reversed)
+                @test isapprox(Array(g[name]), Array(want); rtol=1e-4)
+            end
+            f = PyFunction(torch.tanh)
+            (gx,) = Zygote.gradient(z -> sum(f(z)), x)
+            @test gx isa CuArray{Float32,2} && isapprox(Array(gx), 1 .- tanh.(Array(x)) .^ 2; rtol=1e-4)
         end
     end
 end

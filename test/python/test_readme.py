@@ -18,6 +18,8 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+# Documentation pages held to the same rule: every Julia line a call the suite makes.
+TESTED_PAGES = [REPO / "docs" / "src" / "autodiff.md"]
 RUNTESTS = REPO / "test" / "runtests.jl"
 PAGES = sorted((REPO / "docs" / "src").glob("*.md"))
 # The pages the README's reference moved to (each has Julia examples).
@@ -183,3 +185,16 @@ def test_comments_do_not_count_and_includes_are_followed(tmp_path):
     readme = "```julia\nx = 1   # a different comment\ns = \"a # not a comment\"\ny = 2\n```\n"
     assert [code for _, code in untested(readme, files)] == ["y = 2"]
     assert readme_lines("```text\npkg> add X\n```\n") == []
+
+
+def test_every_julia_line_of_the_tested_doc_pages_is_a_tested_call():
+    files = suite_files(RUNTESTS)
+    assert "autodiff_example.jl" in {path.name for path in files}
+    for page in TESTED_PAGES:
+        text = page.read_text()
+        lines = readme_lines(text)
+        assert len(lines) >= 20, f"only {len(lines)} Julia lines found in {page.name}"
+        missing = untested(text, files)
+        assert not missing, f"{page.name} Julia lines not found verbatim in the test suite:\n" + "\n".join(
+            f"  {page.name}:{number}: {code}" for number, code in missing
+        )
