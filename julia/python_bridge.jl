@@ -228,6 +228,26 @@ function import_through(entry::Ptr{Cvoid}, ::Type{R}, object::Ptr{Cvoid}, option
 end
 
 """
+    python_tensor_device(object_pointer) -> Union{Nothing,Tuple{UInt32,Int32}}
+
+The DLPack device (type, id) the tensor of a borrowed `PyObject*` lives on, or `nothing` where
+the bridge declines the object (`rsdlpack_py_tensor_device` with `CALL_DECLINE_REFUSALS`: a
+class, a capsule, an object without `__dlpack__`, a `__dlpack_device__` that raises). Other
+errors throw. For the `pyconvert` rules, which pick their array type by device.
+"""
+function python_tensor_device(object::Ptr{Cvoid})
+    device_type, device_id = Ref{UInt32}(0), Ref{Int32}(0)
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = ccall(python_symbol(:rsdlpack_py_tensor_device), Int32,
+                 (Ptr{Cvoid}, UInt32, Ref{UInt32}, Ref{Int32}, Ref{Ptr{UInt8}}), object,
+                 UInt32(CALL_REFUSE_WITHOUT_GIL | CALL_DECLINE_REFUSALS), device_type, device_id, message)
+    code == 0 && return (device_type[], device_id[])
+    error = bridge_error(code, message[])  # frees the message
+    error.kind === :declined && return nothing
+    throw(error)
+end
+
+"""
     python_share(array_export) -> Ptr{Cvoid}
 
 One call: describes the Julia array as a DLPack tensor rooted under `array_export.root_id` and

@@ -51,6 +51,14 @@ pub enum ErrorCode {
     /// The Python interpreter is not running in this process (a C caller's code only: there is
     /// no Python to raise into).
     Interpreter = 7,
+    /// The caller asked to be told, rather than given the import's error, when the object is
+    /// not one to import: not a tensor (no `__dlpack__`, a Python type object), or a tensor its
+    /// producer refuses to export or that cannot be exchanged as asked (the import's
+    /// `NotDlpack`, `Buffer` and `Producer` errors). Only the entry points that take
+    /// `RSDLPACK_CALL_DECLINE_REFUSALS` answer it, the import's message still written: a
+    /// converter that may pass an object on to others (PythonCall's `pyconvert` rules) declines
+    /// it. Never a Python exception.
+    Declined = 8,
     /// A bug in RsDLPack: a panic caught at the border, or a broken invariant.
     Internal = 99,
 }

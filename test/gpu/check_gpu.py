@@ -30,8 +30,17 @@ import time
 import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
-from rsdlpack_abi import ELEMENT_CODE_FLOAT32  # noqa: E402
-from rsdlpack_ctypes import Bridge, ImportOptions, PlanOptions, first_element, shape_of  # noqa: E402
+from rsdlpack_ctypes import (  # noqa: E402
+    ELEMENT_CODE_FLOAT32,
+    ELEMENT_CODE_FLOAT64,
+    INDEX_ORDER_REVERSED,
+    TARGET_CUDA_ARRAY,
+    Bridge,
+    ImportOptions,
+    PlanOptions,
+    first_element,
+    shape_of,
+)
 
 KDLCUDA = 2
 RESULTS = []
@@ -810,6 +819,65 @@ def _():
     return (f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms; "
             f"export side: {answer['export_corrupted']} overwritten")
 
+
+
+def julia_share_cuda(memory, root_id, stream):
+    """Shares CUDA memory as Julia's `share(A, torch.Tensor; order=:reversed)` shares a CuArray
+    whose last writes were enqueued on `stream` (its task stream): Julia's column-major array of
+    the reversed dims. Returns the torch tensor that torch's C exchange API made."""
+    dims = list(reversed(memory.shape))
+    strides, step = [], 1
+    for d in dims:
+        strides.append(step)
+        step *= d
+    code = {torch.float32: ELEMENT_CODE_FLOAT32, torch.float64: ELEMENT_CODE_FLOAT64}[memory.dtype]
+    (tensor, _), error = lib_gil.share(memory.data_ptr(), dims, strides, code, root_id=root_id,
+                                       order=INDEX_ORDER_REVERSED, device=(KDLCUDA, 0), stream=stream,
+                                       into=torch.Tensor)
+    assert error is None, error
+    return tensor
+
+
+@check("differentiable call on CUDA (rsdlpack_autodiff): an MLP's gradients equal torch's, inputs read after Julia's writes")
+def _():
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+    import rsdlpack_autodiff as ad
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 10)).cuda()
+    module = ad.Module(mlp)
+    params = [p.detach().clone() for p in module.initial_parameters()]  # Julia's CuArrays
+    x_values = torch.randn(256, 64, device="cuda")
+    x = torch.zeros(256, 64, device="cuda")
+    J = torch.cuda.Stream()  # Julia's task stream
+    torch.cuda.synchronize()
+    with torch.cuda.stream(J):
+        kernel = long_kernel(SLEEP)
+        x.copy_(x_values)  # Julia's last write to x: queued behind a ~1 s kernel on its stream
+    shared = [julia_share_cuda(m, 80_000 + k, J.cuda_stream) for k, m in enumerate([*params, x])]
+    assert [t.data_ptr() for t in shared] == [m.data_ptr() for m in [*params, x]], "zero-copy"
+    forward = module.forward(True, *shared)
+    y = forward.outputs[0]
+    # Julia imports the output on its stream (ordered after torch's work), as a view in place.
+    result, error = lib_gil.import_plan(y, PlanOptions.of(target=TARGET_CUDA_ARRAY, order=INDEX_ORDER_REVERSED),
+                                        cuda_options(J.cuda_stream))
+    assert error is None, error
+    assert result.plan.parent_address == y.data_ptr()
+    lib_gil.release_handle(result.plan.tensor)
+    cotangent = torch.ones(256, 10, device="cuda")
+    grads = forward.pullback(julia_share_cuda(cotangent, 80_100, J.cuda_stream))
+    kernel()
+    torch.cuda.synchronize()
+    # torch's own, on the values Julia wrote.
+    leaf = x_values.clone().requires_grad_()
+    mlp.train()
+    want_y = mlp(leaf)
+    want = torch.autograd.grad(want_y, [*mlp.parameters(), leaf], torch.ones_like(want_y))
+    assert torch.allclose(y, want_y.detach(), atol=1e-5), "the forward read x before Julia's write landed"
+    for k, (got, expected) in enumerate(zip(grads.tensors, want)):
+        assert got is not None and got.is_cuda and torch.allclose(got, expected, atol=1e-5), k
+        assert grads.devices[k] == KDLCUDA
+    return f"forward and pullback ordered after a {kernel():.2f} s kernel on Julia's stream"
 
 passed = sum(ok is True for _, ok, _ in RESULTS)
 failed = sum(ok is False for _, ok, _ in RESULTS)
