@@ -77,8 +77,11 @@ RsDLPack.span_parent(::Type{<:CuArray}, ::Type{T}, plan::StridedPlan, owner::Ten
     wrap_device(T, plan.span_address, (Int(plan.span_len),), owner)
 RsDLPack.fresh_parent(::Type{<:CuArray}, ::Type{T}, n::Int) where {T} = CuArray{T}(undef, n)
 
-# unsafe_free! also waits for the calling task's stream.
+# unsafe_free! also waits for the calling task's stream, kept alive (rooted) until the release
+# has recorded its event there: a capture of that stream defers the record, and the task (and
+# with it its stream) may be collected meanwhile.
 RsDLPack.release_stream(::CuArray) = Int64(dlpack_stream(CUDA.stream()))
+RsDLPack.release_stream_keeper(::CuArray) = CUDA.stream()
 
 # The core plans a CUDA target as a view or an empty result only (it has no device copy engine):
 # any other kind is a bug, reported as one rather than answered with uninitialised memory (the
@@ -110,6 +113,10 @@ cu_device(A::AbstractArray) = cu_device(parent(A))
 RsDLPack.array_address(A::CUDA.StridedCuArray) = reinterpret(UInt, pointer(A))
 RsDLPack.array_device(A::CUDA.StridedCuArray) = (KDLCUDA, Int32(CUDA.deviceid(cu_device(A))))
 RsDLPack.producer_stream(::CUDA.StridedCuArray) = dlpack_stream(CUDA.stream())
+# The task's stream is rooted with the array, so each __dlpack__ records on it then: writes
+# enqueued between `share(A, Py)` and a later `torch.from_dlpack(exporter)` are ordered too.
+RsDLPack.share_root(A::CUDA.StridedCuArray) = (A, CUDA.stream())
+RsDLPack.share_flags(::CUDA.StridedCuArray) = UInt32(RsDLPack.SHARE_STREAM_KEPT)
 
 function RsDLPack.unsafe_cuda_stream(handle::Integer)
     h = UInt(handle)

@@ -61,6 +61,16 @@ typedef struct _object PyObject;
 #define RSDLPACK_CALL_DECLINE_REFUSALS 16
 
 /**
+ * `flags` bit of `rsdlpack_py_share_with_flags` and `rsdlpack_py_share_into_with_flags`: the
+ * root `array.root_id` keeps the stream `array.stream` alive too (Julia roots the task's
+ * `CuStream` with the array), so an exporter of CUDA memory records a new event on that stream
+ * at each `__dlpack__` (each consumer then waits for the writes enqueued up to its own call,
+ * not only up to the share). Without it, one event at the share, after which the stream may
+ * be gone.
+ */
+#define RSDLPACK_SHARE_STREAM_KEPT 32
+
+/**
  * `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
  */
 #define RSDLPACK_PLAN_ANY -1
@@ -745,6 +755,22 @@ void rsdlpack_imported_release(void *handle);
 int32_t rsdlpack_imported_release_after(void *handle, int64_t stream, char **error_out);
 
 /**
+ * As [`rsdlpack_imported_release_after`], for a caller whose `stream` may be destroyed before
+ * the release has recorded its event there (a graph capture of `stream` defers that record
+ * past this call): root `root_id` (for Julia: a root of the calling task's `CuStream`) comes
+ * back through `rsdlpack_py_take_released_roots` once the event is recorded on `stream`, and
+ * never before; at once when nothing is recorded there (host memory, `stream` -1 or refused,
+ * a null handle).
+ *
+ * # Safety
+ * As [`rsdlpack_imported_release_after`]; `stream` stays live while `root_id` is rooted.
+ */
+int32_t rsdlpack_imported_release_after_kept(void *handle,
+                                             int64_t stream,
+                                             uint64_t root_id,
+                                             char **error_out);
+
+/**
  * Keeps the stream the tensor behind `handle` was imported on alive for its release: root
  * `root_id` (for Julia: a root of the `CuStream` object, whose finalizer would destroy the
  * stream) is returned through `rsdlpack_py_take_released_roots` right after
@@ -786,8 +812,9 @@ int32_t rsdlpack_py_share(const struct RsdlArrayExport *array,
                           char **error_out);
 
 /**
- * As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` or 0; other bits
- * are refused with `RSDL_ERROR_CODE_INVALID`, and nothing then refers to the root).
+ * As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+ * `RSDLPACK_SHARE_STREAM_KEPT`, or 0; other bits are refused with `RSDL_ERROR_CODE_INVALID`,
+ * and nothing then refers to the root).
  *
  * # Safety
  * As [`rsdlpack_py_share`].

@@ -86,7 +86,11 @@ else
             # unsafe_free! also waits for the task's stream, views included (test/gpu/check_gpu.py
             # proves the ordering against torch's allocator).
             @test RsDLPack.release_stream(view(A, :, 1)) == RsDLPack.release_stream(A) != -1
+            # ... whose CuStream stays rooted until the release has recorded there.
+            @test RsDLPack.release_stream_keeper(view(A, :, 1)) === CUDA.stream()
+            rooted = RsDLPack.rooted_count()
             RsDLPack.unsafe_free!(A)
+            @test RsDLPack.rooted_count() < rooted  # both streams' roots came back (the import's and the caller's)
         end
         @testset "an importing task's stream stays rooted until the release records on it" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda")
@@ -177,6 +181,13 @@ else
             @test pyconvert(UInt, u.data_ptr()) == reinterpret(UInt, pointer(M))
             @test pyconvert(Vector{Int}, pylist(u.shape)) == [2, 3]
             @test pyconvert(Float64, u[1, 2].item()) == 6
+            # The task's stream is rooted with the array, and each __dlpack__ records on it:
+            # a write between the share and the consumer's call is ordered before it too.
+            @test RsDLPack.share_flags(M) == RsDLPack.SHARE_STREAM_KEPT
+            e = share(M, Py)
+            M .= 7
+            v = torch.from_dlpack(e)
+            @test pyconvert(Float64, v.sum().item()) == 42
         end
         @testset "the README's CUDA example" begin
             t = torch.arange(6, device="cuda").reshape(2, 3)

@@ -12,6 +12,10 @@
     @test RsDLPack.take_handle!(owner) == C_NULL
     # Host arrays, wrapped or not, name no stream for unsafe_free! to wait for.
     @test RsDLPack.release_stream(PermutedDimsArray(view(zeros(2, 2), :, 1:2), (2, 1))) == -1
+    @test RsDLPack.release_stream_keeper(view(zeros(2, 2), :, 1)) === nothing
+    # The explicit releases' waits let other threads collect: `@ccall gc_safe=true` where the
+    # Julia running this has it, the runtime's jl_gc_safe_enter/leave pair before.
+    @test RsDLPack.HAS_CCALL_GCSAFE == (VERSION >= v"1.12")
 end
 
 @testset "ReadOnlyArray is the ecosystem's" begin

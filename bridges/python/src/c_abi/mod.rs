@@ -47,7 +47,7 @@ pub use cuda::{
 };
 pub use held::{
     rsdlpack_imported_copy_into, rsdlpack_imported_release, rsdlpack_imported_release_after,
-    rsdlpack_imported_release_later,
+    rsdlpack_imported_release_after_kept, rsdlpack_imported_release_later,
 };
 pub use import_plan::{
     RsdlImportResult, RsdlPlanOptions, rsdlpack_py_import_plan, rsdlpack_py_import_plan_with_flags,
@@ -71,6 +71,6 @@ pub use tensor_device::rsdlpack_py_tensor_device;
 pub use values::{
     RSDLPACK_CALL_DECLINE_REFUSALS, RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM,
     RSDLPACK_PLAN_ANY, RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE,
-    RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES, RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder,
-    RsdlTarget,
+    RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES, RSDLPACK_SHARE_STREAM_KEPT, RsdlAccess, RsdlCopy,
+    RsdlDense, RsdlIndexOrder, RsdlTarget,
 };

@@ -150,6 +150,14 @@ pub const RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES: u32 = 8;
 /// other converters (Julia's PythonCall `pyconvert` rules).
 pub const RSDLPACK_CALL_DECLINE_REFUSALS: u32 = 16;
 
+/// `flags` bit of `rsdlpack_py_share_with_flags` and `rsdlpack_py_share_into_with_flags`: the
+/// root `array.root_id` keeps the stream `array.stream` alive too (Julia roots the task's
+/// `CuStream` with the array), so an exporter of CUDA memory records a new event on that stream
+/// at each `__dlpack__` (each consumer then waits for the writes enqueued up to its own call,
+/// not only up to the share). Without it, one event at the share, after which the stream may
+/// be gone.
+pub const RSDLPACK_SHARE_STREAM_KEPT: u32 = 32;
+
 /// `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
 pub const RSDLPACK_PLAN_ANY: i64 = -1;
 

@@ -38,7 +38,8 @@ use rsdlpack::export::described::{
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
-use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
+use rsdlpack::release::ConsumerStreams;
+use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, PendingRelease, TensorDescriptor};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -62,6 +63,12 @@ pub(crate) struct ExporterObject {
     /// stream itself is not used again (it may be gone by the time a consumer comes).
     /// `None` for other memory, and where no driver exists (ordering then fails as it would).
     ready: Option<ReadyEvent>,
+    /// The streams consumers were handed the source's device memory on: its release waits for
+    /// their work (see [`release_memory`]).
+    consumers: ConsumerStreams,
+    /// The producer's stream, kept alive with the memory, when each export records its own
+    /// event there ([`plan::ProducerReady::AtEachExport`]) rather than waiting for `ready`.
+    producer: Option<usize>,
 }
 
 // SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
@@ -75,6 +82,33 @@ enum Keeper {
     Tensor(#[allow(dead_code)] ManagedTensor),
     /// A Julia array: its root is released when the source drops.
     JuliaArray(#[allow(dead_code)] JuliaRoot),
+}
+
+/// Gives the source's memory back (drops `memory`) once the work its consumers enqueued on it
+/// so far is complete: an event on each stream a consumer was handed the memory on, and the
+/// release queued until they have completed (see [`rsdlpack::PendingRelease::of_export`]).
+/// Never waits and runs no Python (any thread: a capsule's deleter runs where its consumer
+/// frees it); memory no consumer was handed on a stream is given back at once.
+fn release_memory(memory: Keeper, descriptor: &TensorDescriptor, consumers: &ConsumerStreams) {
+    // Host memory (the common case) never noted a stream: no lock taken for it.
+    if !ordered_by_streams(descriptor.device().kind) {
+        return drop(memory);
+    }
+    let streams = consumers.take();
+    if streams.is_empty() {
+        return drop(memory);
+    }
+    // The keeper in a managed tensor of its own, the shape a release takes; restating the
+    // export's own descriptor cannot fail, and on error the keeper is dropped (given back).
+    let Ok(managed) = rsdlpack::export::export_versioned(descriptor, memory, 3) else {
+        return;
+    };
+    // SAFETY: each stream is one a consumer named for this device's memory and works on it
+    // (live until its tensor is released, which is now: see `of_export`).
+    let release = unsafe {
+        PendingRelease::of_export(ManagedTensor::Versioned(managed), descriptor, &streams)
+    };
+    crate::python::release::defer(release);
 }
 
 /// The exporter type once built (null before): objects of this type, and only those (it allows
@@ -144,6 +178,8 @@ impl Building {
             (&raw mut (*place).slot).write(HeaderSlot::new());
             (&raw mut (*place)._memory).write(memory);
             (&raw mut (*place).ready).write(ready);
+            (&raw mut (*place).consumers).write(ConsumerStreams::new());
+            (&raw mut (*place).producer).write(None);
         }
         let exporter = Exporter(self.0);
         std::mem::forget(self);
@@ -194,6 +230,20 @@ impl Exporter {
             return Err(error);
         }
         building.finish(Keeper::JuliaArray(root), stream)
+    }
+
+    /// Makes each export record its own event on `stream` (the producer's, for device memory)
+    /// instead of waiting for the one recorded when the exporter was made: writes enqueued
+    /// there between the share and a consumer's `__dlpack__` are ordered too.
+    ///
+    /// # Safety
+    /// `stream` is 1, 2 or a `CUstream` of the memory's device that stays live as long as the
+    /// exporter's memory is kept (its root keeps it: `RSDLPACK_SHARE_STREAM_KEPT`).
+    pub unsafe fn ready_at_each_export(self, stream: usize) -> Self {
+        // SAFETY: the exporter is the allocation's one holder (not yet an object), so nothing
+        // reads the field meanwhile.
+        unsafe { (*self.0.as_ptr()).producer = Some(stream) };
+        self
     }
 
     /// The exporter as a new object of the exporter type `ty`, which takes over its hold.
@@ -338,11 +388,17 @@ impl ExporterObject {
         std::sync::atomic::fence(Ordering::Acquire);
         let object = object.cast_mut();
         // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
-        // are dropped once (the keeper, then the event); the slot and the descriptor have
-        // none, and the header is Python's memory no longer (its object was deallocated, or
+        // are dropped once (the keeper moved out to its release, which may outlive the
+        // allocation; then the consumers' streams and the event); the slot and the descriptor
+        // have none, and the header is Python's memory no longer (its object was deallocated, or
         // never made). The allocation is `Box`'s (`Building::new`).
         unsafe {
-            std::ptr::drop_in_place(&raw mut (*object)._memory);
+            release_memory(
+                std::ptr::read(&raw const (*object)._memory),
+                &(*object).descriptor,
+                &(*object).consumers,
+            );
+            std::ptr::drop_in_place(&raw mut (*object).consumers);
             std::ptr::drop_in_place(&raw mut (*object).ready);
             drop(Box::from_raw(object.cast::<MaybeUninit<Self>>()));
         }
@@ -439,10 +495,22 @@ impl ExporterObject {
     /// Makes `consumer` (1, 2 or a live `CUstream` of the source's device) wait for the
     /// producer's writes.
     fn order_before(&self, consumer: usize) -> BridgeResult<()> {
+        if let Some(producer) = self.producer {
+            let device = self.descriptor().device();
+            // SAFETY: the producer's stream is kept alive with the memory
+            // (`ready_at_each_export`); `consumer` as below.
+            unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?;
+            self.consumers.note(consumer);
+            return Ok(());
+        }
         match &self.ready {
-            // SAFETY: `consumer` is the stream the DLPack consumer will use, which the protocol
-            // requires to be live on this device (or the legacy default stream).
-            Some(ready) => Ok(unsafe { ready.order_before(consumer) }?),
+            Some(ready) => {
+                // SAFETY: `consumer` is the stream the DLPack consumer will use, which the
+                // protocol requires to be live on this device (or the legacy default stream).
+                unsafe { ready.order_before(consumer) }?;
+                self.consumers.note(consumer);
+                Ok(())
+            }
             // Recorded for all memory streams order, except without a driver: that's the answer.
             None => Ok(rsdlpack::cuda::driver()?),
         }
@@ -460,12 +528,29 @@ impl ExporterObject {
                 Ok(Carried::Source)
             }
             Memory::HostCopy => {
-                // SAFETY: the source's memory is alive (we own it) and host-readable (the plan
-                // copies only such memory; materialize refuses other devices). Holders of
-                // earlier capsules may write it concurrently: DLPack leaves synchronising
-                // writers of shared memory to its users, and the copy moves plain bytes, so a
-                // racing writer yields a mix of old and new values, never invalid ones.
-                let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
+                // SAFETY: every caller holds the GIL (a Python method or a function of the C
+                // exchange API, see `versioned`).
+                let py = unsafe { Python::assume_attached() };
+                let fresh = self.ready_now()?;
+                let ready = fresh
+                    .as_ref()
+                    .or(self.ready.as_ref())
+                    .filter(|_| plan::host_copy_after_producer(descriptor.device().kind));
+                // The producer's writes to managed memory are waited for, with the GIL
+                // released, before the host reads it (on a device without
+                // concurrentManagedAccess a host touch while a kernel runs faults).
+                let buffer = py.detach(|| -> BridgeResult<AlignedBuffer> {
+                    if let Some(ready) = ready {
+                        ready.wait_on_host()?;
+                    }
+                    // SAFETY: the source's memory is alive (we own it) and host-readable (the
+                    // plan copies only such memory; materialize refuses other devices).
+                    // Holders of earlier capsules may write it concurrently: DLPack leaves
+                    // synchronising writers of shared memory to its users, and the copy moves
+                    // plain bytes, so a racing writer yields a mix of old and new values, never
+                    // invalid ones.
+                    Ok(unsafe { materialize(descriptor, IndexOrder::Producer) }?)
+                })?;
                 let spec = Box::new(descriptor.copied_at(buffer.as_ptr() as usize));
                 Ok(Carried::Copy(CapsuleOwner::Copy(buffer, spec)))
             }
@@ -473,13 +558,31 @@ impl ExporterObject {
                 if self.ready.is_none() {
                     rsdlpack::cuda::driver()?;
                 }
+                // SAFETY: as above.
+                let py = unsafe { Python::assume_attached() };
+                let fresh = self.ready_now()?;
+                let ready = fresh.as_ref().or(self.ready.as_ref());
+                // The copy waits for the device (the producer's work, then the copy): with the
+                // GIL released, so that other Python threads run and a producer stream whose
+                // host function takes the GIL can finish.
                 // SAFETY: the source's device memory is alive (we own it).
-                let host = unsafe {
-                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.ready.as_ref())
-                }?;
+                let host = py.detach(|| unsafe {
+                    rsdlpack::cuda::to_host::copy_to_host(descriptor, ready)
+                })?;
                 Ok(Carried::Copy(CapsuleOwner::HostCopy(Box::new(host))))
             }
         }
+    }
+
+    /// A new event on the producer's stream, for an exporter that records at each export
+    /// (`None` for the others, which wait for `ready`).
+    fn ready_now(&self) -> BridgeResult<Option<ReadyEvent>> {
+        let Some(producer) = self.producer.filter(|_| self.ready.is_some()) else {
+            return Ok(None);
+        };
+        let device = self.descriptor().device();
+        // SAFETY: the producer's stream is kept alive with the memory (`ready_at_each_export`).
+        Ok(Some(unsafe { ReadyEvent::record(device.id, producer) }?))
     }
 
     /// An owner over the source itself, for a capsule the slot cannot hold. Several capsules
