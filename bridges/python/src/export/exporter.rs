@@ -350,10 +350,9 @@ impl ExporterObject {
     pub(super) unsafe fn release(object: *const Self) {
         // Release: this holder's uses happen before the last holder's drop (as `Arc`'s).
         // SAFETY: held until this decrement.
-        if unsafe { (*object).holders.fetch_sub(1, Ordering::Release) } != 1 {
+        if unsafe { (*object).holders.fetch_sub(1, Ordering::Relaxed) } != 1 {
             return;
         }
-        std::sync::atomic::fence(Ordering::Acquire);
         let object = object.cast_mut();
         // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
         // are dropped once (the keeper, then the event); the slot and the descriptor have
@@ -542,5 +541,153 @@ impl<'a> ExporterRef<'a> {
         } else {
             CapsuleOwner::Shared(held)
         }
+    }
+}
+
+/// Models of the exporter's allocation that need no Python (so Miri runs them, see
+/// scripts/miri.sh): the header slot, the holder count and the root queue, driven through the
+/// exporter's own code, with capsules released on other threads as consumers release them.
+#[cfg(test)]
+mod model_tests {
+    use super::*;
+    use crate::export::roots::{self, QUEUE_TESTS};
+    use rsdlpack::{Device, ElementType};
+
+    /// An exporter over a 3×4 Julia array (never read: the address is only described), rooted
+    /// by `id`.
+    fn julia_exporter(id: u64) -> Exporter {
+        Exporter::of_julia_array(JuliaRoot(id), None, |d| {
+            Ok(d.julia_layout_into(
+                4096,
+                Device::CPU,
+                ElementType::Float32,
+                &[3, 4],
+                &[1, 3],
+                IndexOrder::Producer,
+            )?)
+        })
+        .expect("a valid layout")
+    }
+
+    /// The exporter as a method's receiver sees it: the allocation's own pointer.
+    fn receiver(exporter: &Exporter) -> ExporterRef<'_> {
+        // SAFETY: built, and held by `exporter` for the borrow.
+        unsafe { ExporterRef::new(exporter.0) }
+    }
+
+    fn holders(exporter: &Exporter) -> usize {
+        receiver(exporter).holders.load(Ordering::SeqCst)
+    }
+
+    /// The ids released so far (the queue is process-wide: callers hold `QUEUE_TESTS`).
+    fn taken() -> Vec<u64> {
+        let mut out = [0u64; 16];
+        let mut all = Vec::new();
+        loop {
+            let n = roots::take_released(&mut out);
+            all.extend_from_slice(&out[..n]);
+            if n < out.len() {
+                return all;
+            }
+        }
+    }
+
+    const SHARED: Memory = Memory::Shared {
+        consumer_stream: None,
+    };
+
+    #[test]
+    fn model_slot_then_own_allocation_released_on_threads_frees_once() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = julia_exporter(11);
+        let at = receiver(&exporter);
+        let in_slot = at.versioned(SHARED, 3).unwrap();
+        assert!(at.slot().is_taken(), "the first capsule takes the slot");
+        let second = at.versioned(SHARED, 3).unwrap();
+        let legacy = at.legacy(SHARED).unwrap();
+        assert_eq!(holders(&exporter), 4, "the exporter and three capsules");
+        // Consumers release on their own threads; the exporter goes first, so a capsule's
+        // deleter frees the allocation.
+        drop(exporter);
+        let threads = [
+            std::thread::spawn(move || drop(in_slot)),
+            std::thread::spawn(move || drop(second)),
+            std::thread::spawn(move || drop(legacy)),
+        ];
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(
+            taken(),
+            [11],
+            "the root comes back once, after the last holder"
+        );
+    }
+
+    #[test]
+    fn model_the_slot_is_reused_after_its_deleter_ran_on_another_thread() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = julia_exporter(12);
+        for _ in 0..3 {
+            let capsule = receiver(&exporter).versioned(SHARED, 3).unwrap();
+            assert!(receiver(&exporter).slot().is_taken());
+            std::thread::spawn(move || drop(capsule)).join().unwrap();
+            assert!(!receiver(&exporter).slot().is_taken());
+            assert_eq!(holders(&exporter), 1);
+        }
+        assert_eq!(taken(), [] as [u64; 0], "the exporter still holds the root");
+        drop(exporter);
+        assert_eq!(taken(), [12]);
+    }
+
+    #[test]
+    fn model_holders_race_to_the_last_release() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = julia_exporter(13);
+        let capsules: Vec<_> = (0..4)
+            .map(|_| receiver(&exporter).versioned(SHARED, 3).unwrap())
+            .collect();
+        // The exporter's own hold dropped on a thread too, racing the capsules' deleters.
+        let threads: Vec<_> = capsules
+            .into_iter()
+            .map(|capsule| std::thread::spawn(move || drop(capsule)))
+            .chain(std::iter::once(std::thread::spawn(move || drop(exporter))))
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(taken(), [13]);
+    }
+
+    #[test]
+    fn model_roots_released_on_threads_each_come_back_once() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        // More than the slot holds at once: the queue behind it takes the rest, while this
+        // thread takes concurrently.
+        let threads: Vec<_> = (100..106)
+            .map(|id| std::thread::spawn(move || drop(julia_exporter(id))))
+            .collect();
+        let mut seen = taken();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        seen.extend(taken());
+        seen.sort_unstable();
+        assert_eq!(seen, (100..106).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn model_a_noted_root_released_on_another_thread_is_seen_by_its_call() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let (noted, released) = roots::NotedRoot::new(JuliaRoot(21));
+        assert!(!released.load(Ordering::Acquire));
+        std::thread::spawn(move || drop(noted)).join().unwrap();
+        assert!(released.load(Ordering::Acquire));
+        assert_eq!(taken(), [21]);
     }
 }

@@ -155,7 +155,8 @@ fn set_class_attribute(
 ) -> PyResult<()> {
     // SAFETY: live objects for the call, the GIL held; `ty` is a type, made here and not yet
     // seen by any other code.
-    let status = unsafe { ffi::PyObject_GenericSetAttr(ty.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    let status =
+        unsafe { ffi::PyObject_GenericSetAttr(ty.as_ptr(), name.as_ptr(), value.as_ptr()) };
     if status != 0 {
         return Err(PyErr::fetch(ty.py()));
     }
