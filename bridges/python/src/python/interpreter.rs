@@ -187,6 +187,7 @@ unsafe fn int_of(value: *mut ffi::PyObject) -> Option<isize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pyo3::prelude::*;
     use rsdlpack::ErrorCode;
 
     fn facts(object_header: Option<usize>, gil_disabled: Option<bool>) -> InterpreterFacts {
@@ -261,6 +262,30 @@ mod tests {
         let error = admit_past_check(&served, second, || None, other).unwrap_err();
         assert!(matches!(error, BridgeError::OtherInterpreter { .. }));
         assert_eq!(served.load(Ordering::Acquire), first);
+    }
+
+    /// The facts as this process's interpreter (a build with the GIL) answers them, read the
+    /// way the first attach reads them, and admitted.
+    #[test]
+    fn the_running_interpreter_is_read_and_admitted() {
+        Python::attach(|py| {
+            let facts = super::facts(py);
+            assert_eq!(facts.object_header, Some(size_of::<ffi::PyObject>()));
+            // None before 3.13 (not defined there), 0 after: both read as "not free-threaded".
+            assert_ne!(facts.gil_disabled, Some(true), "{facts:?}");
+            let version: String = py
+                .import("sys")
+                .and_then(|sys| sys.getattr("version"))
+                .and_then(|v| v.extract())
+                .unwrap();
+            assert_eq!(facts.version, version);
+            assert!(layout_refusal(&facts).is_none());
+            assert!(admit(py).is_ok());
+            // SAFETY: attached.
+            assert_eq!(SERVED.load(Ordering::Acquire), unsafe {
+                ffi::PyInterpreterState_Get()
+            });
+        });
     }
 
     #[test]
