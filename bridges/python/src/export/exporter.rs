@@ -350,9 +350,10 @@ impl ExporterObject {
     pub(super) unsafe fn release(object: *const Self) {
         // Release: this holder's uses happen before the last holder's drop (as `Arc`'s).
         // SAFETY: held until this decrement.
-        if unsafe { (*object).holders.fetch_sub(1, Ordering::Relaxed) } != 1 {
+        if unsafe { (*object).holders.fetch_sub(1, Ordering::Release) } != 1 {
             return;
         }
+        std::sync::atomic::fence(Ordering::Acquire);
         let object = object.cast_mut();
         // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
         // are dropped once (the keeper, then the event); the slot and the descriptor have
