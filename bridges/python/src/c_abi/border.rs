@@ -118,7 +118,10 @@ pub(crate) fn attached<T>(
         // check is exact with one interpreter, the only setup pyo3 and the GILState API
         // support, see `this_thread_holds_the_gil`).
         let py = unsafe { Python::assume_attached() };
-        let result = crate::python::interpreter::admit(py).and_then(|()| body(py));
+        // Before anything that could attach through pyo3: in a sub-interpreter, pyo3's attach
+        // (`PyGILState_Ensure`) would wait for the GIL this thread holds.
+        crate::python::interpreter::admit(py)?;
+        let result = body(py);
         if result.is_err() {
             // Error paths drop exceptions (and their tracebacks) wherever they arise.
             crate::python::attach::drain_deferred();
