@@ -37,7 +37,11 @@ CHILD = textwrap.dedent(
     del exporter
     print("main: served", flush=True)
 
-    sub = interpreters.create()
+    try:
+        # 3.12's default is an isolated interpreter with its own GIL, where ctypes cannot load.
+        sub = interpreters.create(isolated=False)
+    except TypeError:
+        sub = interpreters.create()
     interpreters.run_string(sub, """if True:
         import ctypes, os
         from rsdlpack_ctypes import Bridge, ELEMENT_CODES, ERROR_CODE_INTERPRETER
