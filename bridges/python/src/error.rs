@@ -106,6 +106,20 @@ pub enum BridgeError {
     #[error("the Python interpreter is not running")]
     InterpreterNotRunning,
 
+    /// An interpreter whose build the exporter is not laid out for (see
+    /// [`crate::python::interpreter`]).
+    #[error(
+        "RsDLPack's Python bridge cannot serve this Python ({version}): {why}; use a CPython \
+         built with the GIL (e.g. python3.13, not python3.13t)"
+    )]
+    UnsupportedInterpreter { version: String, why: String },
+
+    #[error(
+        "RsDLPack's Python bridge serves one interpreter per process, the first that called it, \
+         and this call came from another (sub-interpreter {id}); call from the main interpreter"
+    )]
+    OtherInterpreter { id: i64 },
+
     #[error(
         "{function}: this thread does not hold Python's GIL, and the caller asked not to wait \
          for it (the thread that holds it may be waiting for this one); call from the thread \
@@ -315,7 +329,9 @@ impl BridgeError {
             }
             Declined(_) => ErrorCode::Declined,
             Producer { .. } => ErrorCode::Producer,
-            InterpreterNotRunning => ErrorCode::Interpreter,
+            InterpreterNotRunning | UnsupportedInterpreter { .. } | OtherInterpreter { .. } => {
+                ErrorCode::Interpreter
+            }
             Panic { .. } => ErrorCode::Internal,
         }
     }

@@ -163,12 +163,8 @@ fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
             Wait::Yes => PendingRelease::can_wait,
             Wait::No => PendingRelease::is_ready,
         };
-        let (batch, waiting) = std::mem::take(&mut *pending)
-            .into_iter()
-            .map(|mut release| (take(&mut release), release))
-            .partition::<Vec<_>, _>(|(taken, _)| *taken);
-        *pending = waiting.into_iter().map(|(_, release)| release).collect();
-        let batch: Vec<PendingRelease> = batch.into_iter().map(|(_, release)| release).collect();
+        let (batch, waiting) = split(std::mem::take(&mut *pending), take);
+        *pending = waiting;
         MAYBE_PENDING.store(!pending.is_empty(), Ordering::Release);
         batch
     };
@@ -188,6 +184,24 @@ fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
     released
 }
 
+/// Splits `queued` into the releases `take` picks and the rest, dropping none: it runs under
+/// `PENDING`'s lock, where a dropped release would run its deleter, and a deleter that queues
+/// again would wait for that lock forever. A check that panics (a driver query) picks its
+/// release, which the caller then waits for and releases outside the lock.
+fn split<R>(queued: Vec<R>, take: impl Fn(&mut R) -> bool) -> (Vec<R>, Vec<R>) {
+    let mut batch = Vec::new();
+    let mut waiting = Vec::with_capacity(queued.len());
+    for mut release in queued {
+        let check = std::panic::AssertUnwindSafe(|| take(&mut release));
+        if std::panic::catch_unwind(check).unwrap_or(true) {
+            batch.push(release);
+        } else {
+            waiting.push(release);
+        }
+    }
+    (batch, waiting)
+}
+
 /// How many tensors wait for the GIL (or for their consumers' GPU work).
 pub fn pending() -> usize {
     PENDING.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -203,4 +217,40 @@ pub fn forward_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor>
 /// copied (see [`rsdlpack::export::forward`]).
 pub fn forward(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
     forward_versioned(tensor, release_forwarded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A queued release that counts its drops (a deleter run).
+    struct Counted<'a>(u32, &'a AtomicUsize);
+
+    impl Drop for Counted<'_> {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_panicking_readiness_check_drops_nothing_and_picks_its_release() {
+        let drops = AtomicUsize::new(0);
+        let queued: Vec<Counted<'_>> = (0..6).map(|i| Counted(i, &drops)).collect();
+        // 0, 2, 4 ready; 3 panics (as a driver query might); 1, 5 wait.
+        let (batch, waiting) = split(queued, |release| match release.0 {
+            3 => panic!("a readiness check that panics"),
+            n => n % 2 == 0,
+        });
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "nothing dropped while splitting"
+        );
+        let ids = |v: &[Counted<'_>]| v.iter().map(|r| r.0).collect::<Vec<_>>();
+        assert_eq!(ids(&batch), [0, 2, 3, 4]);
+        assert_eq!(ids(&waiting), [1, 5]);
+        drop((batch, waiting));
+        assert_eq!(drops.load(Ordering::SeqCst), 6);
+    }
 }
