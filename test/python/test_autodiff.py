@@ -580,6 +580,47 @@ def test_a_linear_layer_whose_weights_julia_set_computes_w_x_plus_b_in_julias_di
     np.testing.assert_allclose(y_julia, w_julia.T @ x_julia + b_julia[:, None])
 
 
+class Tied(torch.nn.Module):
+    """An encoder and decoder sharing one weight (the decoder's is the encoder's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode = torch.nn.Linear(3, 3, bias=False)
+        self.decode = torch.nn.Linear(3, 3)
+        self.decode.weight = self.encode.weight
+
+    def forward(self, x):
+        if x.shape[0] == 0:
+            raise ValueError("empty batch")
+        return self.decode(torch.tanh(self.encode(x)))
+
+
+def test_a_module_call_matches_functional_call_with_tied_weights_and_puts_the_modules_own_back(bridge):
+    """The module is called as torch.func.functional_call calls it: a tied weight takes the one
+    tensor Julia passed under every name it has, and the module's own parameters are back after
+    the call, also after one that raised."""
+    julia = Julia(bridge)
+    torch.manual_seed(3)
+    net = Tied()
+    m = ad.Module(net)
+    assert m.parameter_names == ("encode.weight", "decode.bias")
+    own = [p for p in net.parameters()]
+    params = [julia.array(tuple(p.shape), "float32", values=p.numpy() + 0.5) for p in m.initial_parameters()]
+    x = julia.array((4, 3), "float32")
+    forward, outputs, grads = run(julia, m, [*params, x], ones_like_outputs, prefix=(True,))
+    leaves = [torch.tensor(p, requires_grad=True) for p in params]
+    tx = torch.tensor(x, requires_grad=True)
+    want = torch.func.functional_call(net, dict(zip(m.parameter_names, leaves)), (tx,))
+    np.testing.assert_allclose(outputs[0], want.detach().numpy(), rtol=1e-6)
+    want_grads = torch.autograd.grad(want, [*leaves, tx], torch.tensor(ones_like_outputs(forward)[0]))
+    for got, expected in zip(grads, want_grads):
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert [p for p in net.parameters()] == own and net.decode.weight is net.encode.weight
+    with pytest.raises(ValueError, match="empty batch"):
+        m.forward(True, *(julia.share(a, torch.Tensor) for a in (*params, julia.array((0, 3), "float32"))))
+    assert net.encode.weight is own[0] and net.decode.weight is own[0] and net.decode.bias is own[1]
+
+
 def test_a_training_loop_through_the_bridge_lowers_the_loss(bridge):
     """test/lux.jl's loop, as Julia runs it: the parameters are Julia's arrays, shared into torch
     at every step; the gradients come back through the pullback and are read in place; the update
