@@ -104,7 +104,8 @@ class _Torch:
         return str(t.dtype).removeprefix("torch.")
 
     def detach(self, t):
-        return t.detach() if isinstance(t, self.torch.Tensor) else t
+        # One that does not require grad (what autograd.grad answers) crosses as it is.
+        return t.detach() if isinstance(t, self.torch.Tensor) and t.requires_grad else t
 
     def device(self, t):
         return t.device
@@ -197,8 +198,13 @@ class _Inputs:
         differentiable = self.differentiable = []
         shared = self.shared = []  # (position, tensor, version) of each tensor Julia shared
         is_tensor, as_tensor, version, is_diff = be.is_tensor, be.as_tensor, be.version, be.differentiable
+        tensor_type = be.tensor_type
         for k, x in enumerate(objects):
-            if x is None:
+            if type(x) is tensor_type:  # what Julia shares into torch.Tensor: no method of `be` to call
+                value = x
+                diff = (x.is_floating_point() or x.is_complex()) and k not in never_differentiable
+                shared.append((k, x, x._version))
+            elif x is None:
                 value, diff = None, False
             elif is_tensor(x) or hasattr(x, "__dlpack__"):
                 value = as_tensor(x)
