@@ -16,8 +16,8 @@ requiring grad), then torch.autograd.grad for the parameters and the input; "fun
 is the same through torch.func.functional_call on leaves the caller owns (what the Lux layer's
 functional style asks of torch). The C calls go through ctypes (as the pytest suite calls them),
 which costs per call what Julia's ccall does not: the per-call cost of a ctypes call is
-estimated on a C function that does nothing (memcmp of 0 bytes, the arguments passed by
-reference as the bridge's are), and the overhead is printed with and without it.
+estimated on a C function that does nothing (memcmp of 0 bytes, its pointer arguments made
+once as the bridge's are), and the overhead is printed with and without it.
 
 The MLP is Linear(4096 => 16), Tanh, Linear(16 => 4096), called as the Lux layer calls it
 (parameters the caller owns, gradients for the parameters and the input): its input, output and
@@ -96,10 +96,15 @@ class Rsdlpack:
         self.imported = ImportResult()
         self.roots = (ctypes.c_uint64 * 64)()
         self.c_calls = 0
+        # Pointers made once, as Julia's ccall passes Refs it holds.
+        self.result_p, self.error_p = ctypes.byref(self.result), ctypes.byref(self.error)
+        self.plan_options_p, self.imported_p = ctypes.byref(self.plan_options), ctypes.byref(self.imported)
 
     def export_of(self, memory):
-        key = (memory.ctypes.data, memory.shape)
-        if key not in self.exports:
+        """The ArrayExport of an array (built on first sight, by the array's identity: the bench's
+        arrays live as long as it runs), and a pointer to it."""
+        entry = self.exports.get(id(memory))
+        if entry is None:
             dims = list(reversed(memory.shape))
             strides, step = [], 1
             for d in dims:
@@ -109,22 +114,20 @@ class Rsdlpack:
             strides_c = (ctypes.c_int64 * len(dims))(*strides)
             array = ArrayExport(memory.ctypes.data, dims_c, strides_c, len(dims), 0, 0, ELEMENT_CODES["float32"],
                                 INDEX_ORDER_REVERSED, 1, 0, 0, 0)
-            self.exports[key] = (array, dims_c, strides_c, memory)
-        return self.exports[key][0]
+            entry = self.exports[id(memory)] = (array, ctypes.byref(array), dims_c, strides_c, memory)
+        return entry
 
     def share(self, memory):
-        array = self.export_of(memory)
+        array, array_p = self.export_of(memory)[:2]
         self.root += 1
         array.root_id = self.root
-        code = self.lib.rsdlpack_py_share_into(ctypes.byref(array), torch.Tensor, ctypes.byref(self.result),
-                                               ctypes.byref(self.error))
+        code = self.lib.rsdlpack_py_share_into(array_p, torch.Tensor, self.result_p, self.error_p)
         assert code == 0
         self.c_calls += 2
         return adopt(self.result.exporter)
 
     def import_(self, tensor):
-        code = self.lib.rsdlpack_py_import_plan(tensor, None, ctypes.byref(self.plan_options),
-                                                ctypes.byref(self.imported), ctypes.byref(self.error))
+        code = self.lib.rsdlpack_py_import_plan(tensor, None, self.plan_options_p, self.imported_p, self.error_p)
         assert code == 0
         self.c_calls += 1
         return self.imported.plan.tensor
@@ -162,18 +165,19 @@ class Rsdlpack:
 
 def ctypes_call_cost():
     """The cost of one ctypes call beyond what its C function does, in seconds: a call of
-    memcmp over 0 bytes, its pointers passed by reference as the bridge's arguments are (through
-    ctypes.PyDLL, the GIL held, as the bridge is called); the median of 21 runs of 20000."""
+    memcmp over 0 bytes, its pointers made once as the bridge's are (through ctypes.PyDLL, the
+    GIL held, as the bridge is called); the median of 21 runs of 20000."""
     libc = ctypes.PyDLL(None)
     memcmp = libc.memcmp
     memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     memcmp.restype = ctypes.c_int
     a, b = ctypes.c_int64(0), ctypes.c_int64(0)
+    a_p, b_p = ctypes.byref(a), ctypes.byref(b)
     runs = []
     for _ in range(21):
         t0 = time.perf_counter()
         for _ in range(20000):
-            memcmp(ctypes.byref(a), ctypes.byref(b), 0)
+            memcmp(a_p, b_p, 0)
         runs.append((time.perf_counter() - t0) / 20000)
     return statistics.median(runs)
 
