@@ -210,6 +210,21 @@ def test_an_input_the_function_does_not_use_has_a_zero_cotangent(bridge):
     assert (isinstance(grads[1], np.ndarray) and not grads[1].any()) or grads[1] == ad.KIND_ZERO
 
 
+def test_an_output_that_depends_on_no_input_is_differentiable_with_zero_cotangents(bridge):
+    """A constant floating output is differentiable (as under torch.func), and a cotangent given
+    for it alone reaches no input: every input's cotangent is zero."""
+    julia = Julia(bridge)
+    f = ad.Function(lambda a: (a * 2, torch.ones(3, dtype=torch.float64)), "torch")
+    x = julia.array((3,), "float64")
+    forward = f.forward(julia.share(x, torch.Tensor))
+    assert forward.kinds == (ad.KIND_TANGENT, ad.KIND_TANGENT)
+    ones = julia.array((3,), "float64", values=np.ones(3))
+    assert forward.pullback(None, julia.share(ones, torch.Tensor)).kinds == (ad.KIND_ZERO,)
+    forward = f.forward(julia.share(x, torch.Tensor))
+    result = forward.pullback(julia.share(ones, torch.Tensor), julia.share(ones, torch.Tensor))
+    assert result.kinds == (ad.KIND_TANGENT,) and torch.equal(result.tensors[0], torch.full((3,), 2.0, dtype=torch.float64))
+
+
 def test_producer_order_keeps_julias_dims(bridge):
     julia = Julia(bridge, order="producer")
     memory = julia.array((3, 2), "float64")  # Julia's 3×2 array, column-major
