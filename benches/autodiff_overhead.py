@@ -9,7 +9,8 @@ copies every array through NumPy. A benchmark, not a test: it prints, asserts no
 To compare with an earlier Python half side by side in the same run, name a copy of it:
 
     git show main:python/rsdlpack_autodiff.py > /tmp/rsdlpack_autodiff_before.py
-    RSDLPACK_AUTODIFF_BEFORE=/tmp/rsdlpack_autodiff_before.py RSDLPACK_PYTHON_LIB=... .venv/bin/python benches/autodiff_overhead.py
+    RSDLPACK_AUTODIFF_BEFORE=/tmp/rsdlpack_autodiff_before.py \
+      RSDLPACK_PYTHON_LIB=target/ext/release/librsdlpack_python.so .venv/bin/python benches/autodiff_overhead.py
 
 "torch alone" is the idiomatic Python way: the module called on the input (its parameters
 requiring grad), then torch.autograd.grad for the parameters and the input; "functional_call"

@@ -588,9 +588,8 @@ class Module(_Callable):
         self.tensor_type = torch.Tensor
         self.parameter_names = tuple(name for name, _ in module.named_parameters())
         self.buffer_names = tuple(name for name, _ in module.named_buffers())
-        self._sites = _member_sites(module, "_parameters", module.named_parameters,
-                                    self.parameter_names) + _member_sites(module, "_buffers",
-                                                                          module.named_buffers, self.buffer_names)
+        self._sites = (_member_sites(module, "_parameters", module.named_parameters, self.parameter_names)
+                       + _member_sites(module, "_buffers", module.named_buffers, self.buffer_names))
 
     def __repr__(self):
         return f"rsdlpack_autodiff.Module({type(self.module).__name__}, order={self.order!r})"

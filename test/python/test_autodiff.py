@@ -222,7 +222,8 @@ def test_an_output_that_depends_on_no_input_is_differentiable_with_zero_cotangen
     assert forward.pullback(None, julia.share(ones, torch.Tensor)).kinds == (ad.KIND_ZERO,)
     forward = f.forward(julia.share(x, torch.Tensor))
     result = forward.pullback(julia.share(ones, torch.Tensor), julia.share(ones, torch.Tensor))
-    assert result.kinds == (ad.KIND_TANGENT,) and torch.equal(result.tensors[0], torch.full((3,), 2.0, dtype=torch.float64))
+    assert result.kinds == (ad.KIND_TANGENT,)
+    assert torch.equal(result.tensors[0], torch.full((3,), 2.0, dtype=torch.float64))
 
 
 def test_producer_order_keeps_julias_dims(bridge):
