@@ -20,7 +20,10 @@
 //! `RSDLPACK_BENCH_REUSE=1` copies into one buffer whose pages are in already (both sides),
 //! to time the copy kernels without the kernel's page clearing.
 //! `RSDLPACK_BENCH_RUNS` (a number) times that many batches instead, to give a profiler samples
-//! (planner and copies alike).
+//! (planner and copies alike). `RSDLPACK_BENCH_CALLS` (a number) makes each validate + plan
+//! batch that many calls instead of ~2 ms: with `RSDLPACK_BENCH_RUNS=1` and `=2` under
+//! callgrind, the difference of the two counts is one batch's instructions alone
+//! (`scripts/budgets.sh`).
 //! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
 //! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
 //! memory that stays in cache, so the copies read no DRAM at all.
@@ -81,8 +84,12 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
         strides: strides.as_mut_ptr(),
         byte_offset: 0,
     };
-    // Batches of ~2 ms: 20000 calls of the common layouts, fewer of the adversarial ones.
-    let calls = calls_per_batch(&tensor);
+    // Batches of ~2 ms: 20000 calls of the common layouts, fewer of the adversarial ones; or
+    // `RSDLPACK_BENCH_CALLS` each, a count that does not depend on the clock (callgrind).
+    let calls = match knob("RSDLPACK_BENCH_CALLS").parse() {
+        Ok(calls) => calls,
+        Err(_) => calls_per_batch(&tensor),
+    };
     // What an import plans: a host array in the producer's order, a copy only if needed,
     // written into the caller's flat plan.
     let request = ArrayRequest::new(Target::HostArray);
