@@ -307,7 +307,7 @@ fn lower_along_powers(links: &[Link], bound: u64, prime: u64, exponent: u32, out
             return;
         };
         match least_from(e, need) {
-            Some(next) if links[j + 1].stride % power(next) == 0 => e = next,
+            Some(next) if links[j + 1].stride.is_multiple_of(power(next)) => e = next,
             _ => return, // no chain: the gcd chain in `out` stays
         }
         chain[j + 1] = power(e);
