@@ -306,10 +306,14 @@ fn lower_along_powers(links: &[Link], bound: u64, prime: u64, exponent: u32, out
         else {
             return;
         };
-        match least_from(e, need) {
-            Some(next) if links[j + 1].stride.is_multiple_of(power(next)) => e = next,
-            _ => return, // no chain: the gcd chain in `out` stays
-        }
+        let Some(next) = least_from(e, need) else {
+            return; // unreachable: the gcd chain's next stride is such a power (see below)
+        };
+        // By induction `pᵉ` is at most the gcd chain's `Pⱼ` (which the caller's `out` holds):
+        // the least power holding this level's range is then at most its `Pⱼ₊₁`, a power of
+        // `p` that divides `sⱼ₊₁`, so it divides `sⱼ₊₁` too.
+        debug_assert!(links[j + 1].stride.is_multiple_of(power(next)), "{links:?}");
+        e = next;
         chain[j + 1] = power(e);
     }
     out.copy_from_slice(&chain[..links.len()]);
