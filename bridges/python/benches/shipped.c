@@ -508,7 +508,7 @@ int main(int argc, char **argv) {
            rows[ours_row].median / np_ns, rows[ours_row].median - floor_ns);
     printf("  with dl_device=(CPU, 0), what from_dlpack(Array, ...) passes: %.2fx; beyond the floor: %.0f ns\n",
            rows[ours_device_row].median / np_ns, rows[ours_device_row].median - floor_ns);
-    printf("Julia's path (rsdlpack_py_import_plan + rsdlpack_imported_release): %.2fx; beyond the floor: %.0f ns\n",
+    printf("Julia's path (rsdlpack_py_import_plan_with_flags + rsdlpack_imported_release): %.2fx; beyond the floor: %.0f ns\n",
            rows[julia_row].median / np_ns, rows[julia_row].median - floor_ns);
     for (int i = 0; i < LAYOUTS; i++) {
         printf("  Julia's path vs np.from_dlpack, %s: %.2fx\n", layout_names[i],
