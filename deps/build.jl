@@ -8,8 +8,12 @@
 #
 # Where RsDLPack_jll serves (it is in the environment, has this platform's libraries, and the
 # preference build_from_source is not set) there is nothing to build, and cargo is not needed.
-# Otherwise it needs cargo (https://rustup.rs; the environment variable CARGO names another executable);
-# without it the build stops at once with a message naming the alternatives.
+# Otherwise it needs cargo (https://rustup.rs; the environment variable CARGO names another
+# executable) and a C compiler (jlrs compiles C against julia.h). Without cargo the build warns,
+# naming the alternatives, and ends without failing: `Pkg.build` runs this file with a load path
+# of RsDLPack's own dependencies only, so a JLL the user added is invisible here though the
+# package will load it; which library serves is decided when the package loads
+# (julia/library.jl), whose error says what to do if none does.
 # The Python bridge needs nothing from Python at build time: it is an abi3 library that takes
 # its Python symbols from the process that loads it.
 
@@ -56,20 +60,21 @@ function install(source::AbstractString, destination::AbstractString)
     return destination
 end
 
-"""
-The cargo executable, or an error that says what to install instead: without this check a
-missing cargo ends in a bare `IOError: could not spawn … ENOENT`.
-"""
-function find_cargo()
-    cargo = Sys.which(CARGO)
-    cargo === nothing || return cargo
-    error("RsDLPack build: cargo was not found (looked for $(repr(CARGO))", haskey(ENV, "CARGO") ? ", named by CARGO" : " on PATH",
-          "). RsDLPack's native libraries are Rust. Either install a Rust toolchain ",
-          "(https://rustup.rs, then run `Pkg.build(\"RsDLPack\")` again; or set CARGO to a cargo ",
-          "executable), or use libraries built elsewhere: add RsDLPack_jll to the environment ",
-          "when it is available, or point the preferences julia_bridge_path and ",
-          "python_bridge_path (`RsDLPack.set_library_paths!`) or the environment variables ",
-          "RSDLPACK_JULIA_LIB and RSDLPACK_PYTHON_LIB at built libraries.")
+"The cargo executable, or `nothing` (a spawn would end in a bare `IOError … ENOENT`)."
+find_cargo() = Sys.which(CARGO)
+
+"What a build without cargo says: what was not done, and each way to get the libraries."
+function no_cargo_message()
+    return string("RsDLPack build: cargo was not found (looked for $(repr(CARGO))",
+                  haskey(ENV, "CARGO") ? ", named by CARGO" : " on PATH",
+                  "), so nothing was built. RsDLPack's native libraries are Rust. Either ",
+                  "install a Rust toolchain and a C compiler (https://rustup.rs; gcc or clang), ",
+                  "then run `Pkg.build(\"RsDLPack\")` again (or set CARGO to a cargo executable), ",
+                  "or use libraries built elsewhere: add RsDLPack_jll to the environment when it ",
+                  "is available (used when RsDLPack loads; the build cannot see it), or point ",
+                  "the preferences julia_bridge_path and python_bridge_path ",
+                  "(`RsDLPack.set_library_paths!`) or the environment variables ",
+                  "RSDLPACK_JULIA_LIB and RSDLPACK_PYTHON_LIB at built libraries.")
 end
 
 """
@@ -88,7 +93,12 @@ function build()
               "preference $BUILD_FROM_SOURCE to build them with cargo)"
         return
     end
-    find_cargo()  # before anything is written
+    # Before anything is written. A warning, not an error: a failed build fails `Pkg.add`,
+    # though the package may load from the JLL, which this build cannot see.
+    if find_cargo() === nothing
+        @warn no_cargo_message()
+        return
+    end
     libraries = libraries_dir(SCRATCH, PACKAGE)
     mkpath(libraries)
     recorded = Dict{String,Any}("package" => PACKAGE, "julia" => string(VERSION))

@@ -30,6 +30,9 @@ RsDLPack.share(A::AbstractArray, consumer::Union{PyObject,Type{PyObject}}; kwarg
 # own property access converts Python ints to Julia integers already.
 RsDLPack.unsafe_cuda_stream(handle::PyObject) = RsDLPack.unsafe_cuda_stream(convert(UInt, handle))
 
+# Differentiable calls (RsDLPack.PyFunction, torch_layer): the object operations they need.
+include("autodiff_pycall.jl")
+
 function __init__()
     RsDLPack.load_python_bridge!()
 end

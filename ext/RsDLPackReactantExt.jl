@@ -3,9 +3,14 @@
 # rooted until the consumer lets go. Only methods of hooks the package declares (julia/share.jl).
 # Reactant has no DLPack API of its own (issue #1362 open; PR #1988, which would add one, and
 # PR #2658, which would add a buffer-ready wait, unmerged), so none of the names below is public.
+# [compat] admits every 0.2 release from 0.2.226 (a weak dependency's bound binds every
+# environment that has RsDLPack, and Reactant tags a 0.2.x every few days): the names below that
+# Reactant does not export are listed once, in NON_PUBLIC_NAMES, and `__init__` checks that each
+# exists. Where one is missing the extension warns once, naming them, and `share` of a Reactant
+# array throws a DLPackError saying so; loading never fails for a renamed name.
 #
-# Every Reactant name used here, traced in every tag from v0.2.226 to v0.2.280 ([compat]'s
-# range; each tag checked for each definition quoted here):
+# Every Reactant name used here, traced in every tag from v0.2.226 to v0.2.280 (each tag checked
+# for each definition quoted here; later tags are guarded by the check above):
 #   ConcretePJRTArray{T,N,D} (src/Types.jl, exported): a mutable struct with fields
 #   `data::NTuple{D,XLA.PJRT.AsyncBuffer}` (one buffer per addressable shard),
 #   `sharding::Sharding.ShardInfo` and `donated::Bool`; `x.data` throws once donated. A
@@ -42,18 +47,68 @@ module RsDLPackReactantExt
 using Reactant: Reactant, ConcreteIFRTArray, ConcretePJRTArray
 using RsDLPack: RsDLPack, DLPackError, KDLCPU, KDLCUDA
 
-const XLA = Reactant.XLA
+# Every name below Reactant that this extension uses and Reactant does not export, as the path
+# from the Reactant module (traced in v0.2.226-v0.2.280, header above), and the fields of
+# ConcretePJRTArray it reads. Exported names (ConcretePJRTArray, ConcreteIFRTArray) are Reactant's
+# public API and are imported above.
+const NON_PUBLIC_NAMES = (
+    (:XLA,), (:XLA, :client), (:XLA, :device), (:XLA, :platform_name),
+    (:XLA, :get_local_hardware_id), (:XLA, :synced_buffer), (:XLA, :unsafe_buffer_pointer),
+    (:Sharding,), (:Sharding, :is_sharded),
+)
+const CONCRETE_PJRT_FIELDS = (:data, :sharding, :donated)
+
+"The names of NON_PUBLIC_NAMES and CONCRETE_PJRT_FIELDS that `reactant` (a module) lacks."
+function missing_names(reactant::Module, array_type::Type)
+    absent = String[]
+    for path in NON_PUBLIC_NAMES
+        owner = reactant
+        for name in path
+            owner = owner isa Module && isdefined(owner, name) ? getfield(owner, name) : nothing
+        end
+        owner === nothing && push!(absent, join((nameof(reactant), path...), "."))
+    end
+    for field in CONCRETE_PJRT_FIELDS
+        field in fieldnames(array_type) || push!(absent, "$(nameof(array_type)).$field (a field)")
+    end
+    return absent
+end
+
+# What `__init__` found missing in the Reactant this session loaded; empty where all is there.
+const MISSING = String[]
+
+function __init__()
+    append!(empty!(MISSING), missing_names(Reactant, ConcretePJRTArray))
+    isempty(MISSING) || @warn "RsDLPack: this Reactant ($(pkgversion(Reactant))) lacks " *
+        "$(join(MISSING, ", ")), which RsDLPack's Reactant extension uses (traced in Reactant " *
+        "0.2.226-0.2.280): `share` of a Reactant array will throw. Everything else works; " *
+        "share Array(x), a copy, meanwhile, and update RsDLPack or pin Reactant to a release that has them."
+end
+
+"A `DLPackError` naming what this Reactant lacks, where `__init__` found anything missing."
+function check_names()
+    isempty(MISSING) && return nothing
+    throw(DLPackError(:buffer,
+        "RsDLPack cannot share Reactant arrays with this Reactant ($(pkgversion(Reactant))): it " *
+        "lacks $(join(MISSING, ", ")), which RsDLPack's Reactant extension uses (traced in " *
+        "Reactant 0.2.226-0.2.280). Share Array(x), a copy, instead; update RsDLPack, or pin " *
+        "Reactant to a release that has them."))
+end
+
+"Reactant's XLA module, once `check_names` has found it there."
+xla() = getfield(Reactant, :XLA)
 
 """
 The one buffer that holds all of `x`, or a `DLPackError` saying why there is none: DLPack
 describes one device's memory, so sharded and donated arrays are refused.
 """
 function whole_buffer(x::ConcretePJRTArray)
+    check_names()
     x.donated && throw(DLPackError(:buffer,
         "this $(typeof(x)) was donated to a compiled function, which took its buffer: share " *
         "that function's result instead (or compile it without donating x)."))
     buffers = x.data
-    if Reactant.Sharding.is_sharded(x.sharding) || length(buffers) != 1
+    if getfield(Reactant, :Sharding).is_sharded(x.sharding) || length(buffers) != 1
         throw(DLPackError(:buffer,
             "this $(typeof(x)) is sharded ($(length(buffers)) addressable buffer(s)): DLPack " *
             "describes one device's memory. Share an unsharded array (e.g. " *
@@ -72,6 +127,7 @@ end
 # CPU and CUDA buffers only: the device the core then checks the memory against.
 function RsDLPack.array_device(x::ConcretePJRTArray)
     buffer = whole_buffer(x)
+    XLA = xla()
     platform = XLA.platform_name(XLA.client(buffer))
     platform == "cpu" && return (KDLCPU, Int32(0))
     platform == "cuda" && return (KDLCUDA, Int32(XLA.get_local_hardware_id(XLA.device(buffer))))
@@ -88,7 +144,9 @@ XLA reads the buffer only after each of its definition events. A host wait, sinc
 XLA computes on are not reachable from Julia; the consumer's stream then needs no ordering.
 """
 function RsDLPack.array_address(x::ConcretePJRTArray{T}) where {T}
-    buffer = XLA.synced_buffer(whole_buffer(x))
+    whole = whole_buffer(x)  # first: it says what this Reactant lacks
+    XLA = xla()
+    buffer = XLA.synced_buffer(whole)
     isempty(x) || copyto!(Vector{T}(undef, 1), 1, x, 1, 1)
     return UInt(XLA.unsafe_buffer_pointer(buffer))
 end
@@ -101,6 +159,12 @@ RsDLPack.share_root(x::ConcretePJRTArray) = (x, x.data)
 # buffers); Base calls it strided, so it is refused here, before anything is rooted.
 RsDLPack.array_device(::SubArray{<:Any,<:Any,<:ConcretePJRTArray}) = throw(DLPackError(:buffer,
     "a view of a Reactant array: share the array itself and index the consumer's tensor."))
+# A reshape of one (`reshape(x, :)`) likewise: Base calls it strided, and its pointer is the
+# parent's, which Reactant does not give (a bare ErrorException).
+# fatou-ignore non-public-access: reshape of a non-Array returns a Base.ReshapedArray, which has no public name
+RsDLPack.array_device(::Base.ReshapedArray{<:Any,<:Any,<:ConcretePJRTArray}) = throw(DLPackError(:buffer,
+    "a reshape of a Reactant array (a Base.ReshapedArray): share the array itself and reshape " *
+    "the consumer's tensor, or share a reshaped copy (ConcreteRArray(reshape(Array(x), dims)))."))
 
 RsDLPack.array_device(::ConcreteIFRTArray) = throw(DLPackError(:buffer,
     "a ConcreteIFRTArray (Reactant's xla_runtime preference is \"IFRT\"): IFRT does not give " *

@@ -66,16 +66,18 @@ maker(::Type{P}, ::Type) where {P} =
 # `from_dlpack(StridedView…, obj)` (documented with `from_dlpack`): the typed form always
 # returns a StridedView{T,N}; the untyped one a ReadOnlyArray of the view over read-only memory.
 function RsDLPack.import_dlpack(pointer_of, ::Type{S}, obj; copy::Union{Nothing,Bool}=nothing,
-                                order::Symbol=:producer, readonly::Bool=false) where {S<:StridedView}
+                                order::Symbol=:producer, readonly::Bool=false,
+                                decline::Bool=false) where {S<:StridedView}
     P = parent_kind(S)
     typed = RsDLPack.is_typed(S)
     request = RsDLPack.strided_request(P, RsDLPack.requested_element(S), RsDLPack.requested_rank(S);
                                        copy, order, readonly)
-    result, read_only = RsDLPack.import_strided(maker(P, S), pointer_of, P, obj, request, typed; copy)
+    result, read_only = RsDLPack.import_strided(maker(P, S), pointer_of, P, obj, request, typed; copy, decline)
     return !typed && read_only ? ReadOnlyArray(result) : result
 end
 
-# pyconvert (the PythonCall extension): `pyconvert(StridedView, x)` is `from_dlpack(StridedView, x)`.
+# pyconvert (the PythonCall extension): `pyconvert(StridedView, x)` is `from_dlpack(StridedView, x)`,
+# a copy where the memory is read-only (a StridedView has no read-only form).
 RsDLPack.imports_into(::Type{<:StridedView}) = true
 
 # unsafe_free! and release ordering: the parent is the storage the release is tied to.

@@ -17,7 +17,7 @@
 # fatou-ignore-file non-public-access: an extension is part of RsDLPack and calls the hooks it declares for extensions
 
 import RsDLPack
-using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, ArrayPlan, StridedPlan, TensorOwner
+using RsDLPack: Native, KDLCUDA, PLAN_KIND_VIEW, PLAN_KIND_EMPTY, ArrayPlan, StridedPlan, TensorOwner
 
 # The driver's handle types, taken from the public structs that hold them: CUDA.jl 6 keeps
 # `CUstream` and `CUcontext` in CUDACore without making them public, so `CUDA.CUstream` is an
@@ -77,19 +77,32 @@ RsDLPack.span_parent(::Type{<:CuArray}, ::Type{T}, plan::StridedPlan, owner::Ten
     wrap_device(T, plan.span_address, (Int(plan.span_len),), owner)
 RsDLPack.fresh_parent(::Type{<:CuArray}, ::Type{T}, n::Int) where {T} = CuArray{T}(undef, n)
 
-# unsafe_free! also waits for the calling task's stream.
+# unsafe_free! also waits for the calling task's stream, kept alive (rooted) until the release
+# has recorded its event there: a capture of that stream defers the record, and the task (and
+# with it its stream) may be collected meanwhile.
 RsDLPack.release_stream(::CuArray) = Int64(dlpack_stream(CUDA.stream()))
+RsDLPack.release_stream_keeper(::CuArray) = CUDA.stream()
+
+# The core plans a CUDA target as a view or an empty result only (it has no device copy engine):
+# any other kind is a bug, reported as one rather than answered with uninitialised memory (the
+# throw releases the tensor: `owned_import`).
+function not_for_cuda(plan::ArrayPlan)
+    return RsDLPack.DLPackError(:internal, "the core planned a CUDA array import as kind $(plan.kind) " *
+                                           "(neither a view nor empty); please report this")
+end
 
 function RsDLPack.wrap_imported(::Type{<:CuArray}, plan::ArrayPlan, owner::TensorOwner)
     T = RsDLPack.element_type(plan.element_code)
-    plan.kind == PLAN_KIND_VIEW || return CuArray{T}(undef, RsDLPack.result_dims(plan))
+    plan.kind == PLAN_KIND_EMPTY && return CuArray{T}(undef, RsDLPack.result_dims(plan))
+    plan.kind == PLAN_KIND_VIEW || throw(not_for_cuda(plan))
     P = wrap_parent(T, plan, RsDLPack.parent_dims(plan), owner)
     return RsDLPack.compose_view(P, plan)
 end
 
 function RsDLPack.wrap_imported(::Type{<:CuArray{T,N}}, plan::ArrayPlan, owner::TensorOwner) where {T,N}
     dims = RsDLPack.result_dims(plan, Val(N))
-    plan.kind == PLAN_KIND_VIEW || return CuArray{T,N}(undef, dims)
+    plan.kind == PLAN_KIND_EMPTY && return CuArray{T,N}(undef, dims)
+    plan.kind == PLAN_KIND_VIEW || throw(not_for_cuda(plan))
     return wrap_parent(T, plan, dims, owner)
 end
 
@@ -100,6 +113,10 @@ cu_device(A::AbstractArray) = cu_device(parent(A))
 RsDLPack.array_address(A::CUDA.StridedCuArray) = reinterpret(UInt, pointer(A))
 RsDLPack.array_device(A::CUDA.StridedCuArray) = (KDLCUDA, Int32(CUDA.deviceid(cu_device(A))))
 RsDLPack.producer_stream(::CUDA.StridedCuArray) = dlpack_stream(CUDA.stream())
+# The task's stream is rooted with the array, so each __dlpack__ records on it then: writes
+# enqueued between `share(A, Py)` and a later `torch.from_dlpack(exporter)` are ordered too.
+RsDLPack.share_root(A::CUDA.StridedCuArray) = (A, CUDA.stream())
+RsDLPack.share_flags(::CUDA.StridedCuArray) = UInt32(RsDLPack.SHARE_STREAM_KEPT)
 
 function RsDLPack.unsafe_cuda_stream(handle::Integer)
     h = UInt(handle)
@@ -107,7 +124,9 @@ function RsDLPack.unsafe_cuda_stream(handle::Integer)
     return Native.new_stream_object(CuStream, CUstream(h), context)
 end
 
-# pyconvert (the PythonCall extension): `pyconvert(CuArray, x)` is `from_dlpack(CuArray, x)`,
-# and a CUDA tensor converted to `AbstractArray` (or `Any`) becomes a CuArray.
+# pyconvert (the PythonCall extension): `pyconvert(CuArray, x)` is `from_dlpack(CuArray, x)` where
+# that is a CuArray (a tensor dense in its own order; other layouts are declined), and a CUDA
+# tensor on `CUDA.device()` converted to `AbstractArray` (or `Any`) becomes a CuArray or a view
+# of one.
 RsDLPack.imports_into(::Type{<:CuArray}) = true
 RsDLPack.array_type_for(::Val{KDLCUDA}) = CuArray

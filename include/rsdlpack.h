@@ -48,6 +48,29 @@ typedef struct _object PyObject;
 #define RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES 8
 
 /**
+ * `flags` bit of `rsdlpack_py_import_plan_with_flags`, `rsdlpack_py_import_strided_plan` and
+ * `rsdlpack_py_tensor_device`: when the object is not one to import — not a tensor (no
+ * `__dlpack__`, or a Python type object such as `torch.Tensor` itself), a tensor whose
+ * producer refuses to export it (torch's `requires_grad`, `nn.Parameter`, conjugate- and
+ * negative-bit or sparse tensors, a sharded JAX array), or one that cannot be exchanged as
+ * asked (another device, element type, rank or layout) — answer `RSDL_ERROR_CODE_DECLINED`
+ * instead of the import's own code (`NOT_DLPACK`, `PRODUCER` or `BUFFER`; the message is the
+ * same). Every other error keeps its code. For a converter that passes such objects on to
+ * other converters (Julia's PythonCall `pyconvert` rules).
+ */
+#define RSDLPACK_CALL_DECLINE_REFUSALS 16
+
+/**
+ * `flags` bit of `rsdlpack_py_share_with_flags` and `rsdlpack_py_share_into_with_flags`: the
+ * root `array.root_id` keeps the stream `array.stream` alive too (Julia roots the task's
+ * `CuStream` with the array), so an exporter of CUDA memory records a new event on that stream
+ * at each `__dlpack__` (each consumer then waits for the writes enqueued up to its own call,
+ * not only up to the share). Without it, one event at the share, after which the stream may
+ * be gone.
+ */
+#define RSDLPACK_SHARE_STREAM_KEPT 32
+
+/**
  * `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
  */
 #define RSDLPACK_PLAN_ANY -1
@@ -110,6 +133,16 @@ enum RsdlErrorCode
    * no Python to raise into).
    */
   RSDL_ERROR_CODE_INTERPRETER = 7,
+  /**
+   * The caller asked to be told, rather than given the import's error, when the object is
+   * not one to import: not a tensor (no `__dlpack__`, a Python type object), or a tensor its
+   * producer refuses to export or that cannot be exchanged as asked (the import's
+   * `NotDlpack`, `Buffer` and `Producer` errors). Only the entry points that take
+   * `RSDLPACK_CALL_DECLINE_REFUSALS` answer it, the import's message still written: a
+   * converter that may pass an object on to others (PythonCall's `pyconvert` rules) declines
+   * it. Never a Python exception.
+   */
+  RSDL_ERROR_CODE_DECLINED = 8,
   /**
    * A bug in RsDLPack: a panic caught at the border, or a broken invariant.
    */
@@ -619,8 +652,9 @@ int32_t rsdlpack_py_import_plan(PyObject *object,
                                 char **error_out);
 
 /**
- * As `rsdlpack_py_import_plan`, with `flags` (a bitwise or of `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`
- * and `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused with `RSDL_ERROR_CODE_INVALID`).
+ * As `rsdlpack_py_import_plan`, with `flags` (a bitwise or of `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+ * `RSDLPACK_PLAN_WRITABLE_TYPE` and `RSDLPACK_CALL_DECLINE_REFUSALS`; other bits are refused
+ * with `RSDL_ERROR_CODE_INVALID`).
  * A separate entry point, so that `RsdlPlanOptions` keeps its layout for existing callers.
  *
  * # Safety
@@ -638,8 +672,9 @@ int32_t rsdlpack_py_import_plan_with_flags(PyObject *object,
  * with its strided plan for the array `plan_options` describes, all in one call, written to
  * `*out`. `plan_options` and `flags` mean what they mean for
  * `rsdlpack_py_import_plan_with_flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
- * `RSDLPACK_PLAN_WRITABLE_TYPE`), except that every layout is a view: a copy is made only for
- * `copy=1`, or for misaligned data under `copy=-1` (host targets only), and `dense` must be 0.
+ * `RSDLPACK_PLAN_WRITABLE_TYPE`, `RSDLPACK_CALL_DECLINE_REFUSALS`), except that every layout
+ * is a view: a copy is made only for `copy=1`, or for misaligned data under `copy=-1` (host
+ * targets only), and `dense` must be 0.
  *
  * When `out->kind` is a view or a copy, `out->tensor` is an owned handle for
  * `rsdlpack_imported_copy_into` and the release functions; for empty results it is null and
@@ -656,6 +691,26 @@ int32_t rsdlpack_py_import_strided_plan(PyObject *object,
                                         uint32_t flags,
                                         struct RsdlStridedPlan *out,
                                         char **error_out);
+
+/**
+ * Writes the DLPack device (`device_type`, `device_id`) that `object`'s tensor lives on: what
+ * its `__dlpack_device__()` answers (no Python call for NumPy arrays; the host for a
+ * producer with `__dlpack__` but no `__dlpack_device__`, whose import then checks it).
+ * Refuses (`RSDL_ERROR_CODE_NOT_DLPACK`) a Python type object (`torch.Tensor` itself), a bare
+ * capsule and an object without `__dlpack__`; a producer's exception is
+ * `RSDL_ERROR_CODE_PRODUCER`. `flags`: a bitwise or of `RSDLPACK_CALL_REFUSE_WITHOUT_GIL` and
+ * `RSDLPACK_CALL_DECLINE_REFUSALS` (then those refusals answer `RSDL_ERROR_CODE_DECLINED`);
+ * other bits are refused with `RSDL_ERROR_CODE_INVALID`. On error the outputs mean nothing.
+ *
+ * # Safety
+ * `object` must be a live `PyObject*`; `device_type` and `device_id` writable; `error_out`
+ * null or writable.
+ */
+int32_t rsdlpack_py_tensor_device(PyObject *object,
+                                  uint32_t flags,
+                                  uint32_t *device_type,
+                                  int32_t *device_id,
+                                  char **error_out);
 
 /**
  * Copies the tensor behind `handle` into `bytes` bytes at `address` (a column-major array of
@@ -700,6 +755,22 @@ void rsdlpack_imported_release(void *handle);
 int32_t rsdlpack_imported_release_after(void *handle, int64_t stream, char **error_out);
 
 /**
+ * As [`rsdlpack_imported_release_after`], for a caller whose `stream` may be destroyed before
+ * the release has recorded its event there (a graph capture of `stream` defers that record
+ * past this call): root `root_id` (for Julia: a root of the calling task's `CuStream`) comes
+ * back through `rsdlpack_py_take_released_roots` once the event is recorded on `stream`, and
+ * never before; at once when nothing is recorded there (host memory, `stream` -1 or refused,
+ * a null handle).
+ *
+ * # Safety
+ * As [`rsdlpack_imported_release_after`]; `stream` stays live while `root_id` is rooted.
+ */
+int32_t rsdlpack_imported_release_after_kept(void *handle,
+                                             int64_t stream,
+                                             uint64_t root_id,
+                                             char **error_out);
+
+/**
  * Keeps the stream the tensor behind `handle` was imported on alive for its release: root
  * `root_id` (for Julia: a root of the `CuStream` object, whose finalizer would destroy the
  * stream) is returned through `rsdlpack_py_take_released_roots` right after
@@ -741,8 +812,9 @@ int32_t rsdlpack_py_share(const struct RsdlArrayExport *array,
                           char **error_out);
 
 /**
- * As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` or 0; other bits
- * are refused with `RSDL_ERROR_CODE_INVALID`, and nothing then refers to the root).
+ * As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+ * `RSDLPACK_SHARE_STREAM_KEPT`, or 0; other bits are refused with `RSDL_ERROR_CODE_INVALID`,
+ * and nothing then refers to the root).
  *
  * # Safety
  * As [`rsdlpack_py_share`].

@@ -140,7 +140,9 @@ undefined behaviour. Arrays that `from_dlpack` copied are ordinary Julia arrays:
 For a `CuArray` the producer gets its memory back only once the kernels enqueued on it so far
 have finished — those on the stream it was imported on and those on the calling task's
 `CUDA.stream()` — so this waits for them, blocking the thread (`CUDA.synchronize()` first waits
-CUDA.jl's way, yielding to other tasks); work on other streams must be synchronised first.
+CUDA.jl's way, yielding to other tasks; garbage collection on other threads is not held up);
+work on other streams must be synchronised first. Inside a CUDA graph capture of the task's
+stream the release is queued until the capture has ended.
 """
 function unsafe_free!(A::AbstractArray)
     release_if_imported!(A) || throw(ArgumentError(
@@ -154,9 +156,16 @@ function release_if_imported!(A::AbstractArray)
     storage = storage_of(A)
     owner = storage === nothing ? nothing : take_owner!(storage)
     owner === nothing && return false
-    release_now!(owner, release_stream(A))
+    release_now!(owner, release_stream(A), release_stream_keeper(A))
     return true
 end
 
 "The stream (a DLPack value; -1: none) `unsafe_free!(A)` also orders after; the CUDA extension answers for CuArrays."
 release_stream(A::AbstractArray) = parent(A) === A ? Int64(-1) : release_stream(parent(A))
+
+"""
+The object whose finalizer would destroy `release_stream(A)`'s stream (the task's `CuStream`),
+rooted until the release has recorded its event there; `nothing` for none. The CUDA extension
+answers for CuArrays.
+"""
+release_stream_keeper(A::AbstractArray) = parent(A) === A ? nothing : release_stream_keeper(parent(A))

@@ -52,6 +52,13 @@ Result types:
   throws, as for `Array{T,N}`), and `StridedView{T,N,<:CuArray}` (CUDA loaded) a view with a
   `CuArray` parent.
 
+`from_dlpack(A)` and `from_dlpack(T, A)` of a Julia array `A` (what juliacall made of a
+tensor argument, through PythonCall's `pyconvert(Any, t)`) return `A` where it is what the
+tensor would give (any form for `from_dlpack(A)`, a host array for `Array`), else convert it by
+the typed forms' rules (a copy of exactly `Array{T,N}`, `Matrix`, `ReadOnlyArray{T,N}`, …;
+`copy=false` refuses), so one function serves NumPy arguments (a `PyArray`, imported from its
+object) and torch's, JAX's or CuPy's (already arrays) alike.
+
 The memory stays valid while the result (or any view of it) is reachable; use
 [`RsDLPack.unsafe_free!`](@ref) to release it earlier.
 """
@@ -91,9 +98,12 @@ function plan_options(::Type{A}, copy, order::Symbol, readonly::Bool) where {A}
 end
 
 # Every call refuses to wait for the GIL (see `from_dlpack`); `writable`: the result's type has
-# no read-only form.
-import_flags(writable::Bool) =
-    UInt32(CALL_REFUSE_WITHOUT_GIL) | (writable ? UInt32(PLAN_WRITABLE_TYPE) : UInt32(0))
+# no read-only form; `decline`: the bridge answers an object that is not a tensor, or whose
+# export is refused, with a `DLPackError` of kind `:declined` (the `pyconvert` rules' way to
+# pass it on; the bridge decides which, `RSDLPACK_CALL_DECLINE_REFUSALS`).
+import_flags(writable::Bool, decline::Bool=false) =
+    UInt32(CALL_REFUSE_WITHOUT_GIL) | (writable ? UInt32(PLAN_WRITABLE_TYPE) : UInt32(0)) |
+    (decline ? UInt32(CALL_DECLINE_REFUSALS) : UInt32(0))
 
 """
     owned_import(make, import_call, pointer_of, obj, options, request, flags) -> (result, plan)
@@ -125,17 +135,19 @@ wrap_imported(::Type{<:ReadOnlyArray{T,N}}, plan, owner) where {T,N} =
     ReadOnlyArray(dense_array(T, Val(N), plan, owner))
 
 """
-    import_dlpack(pointer_of, A, obj; copy, order, readonly)
+    import_dlpack(pointer_of, A, obj; copy, order, readonly, decline=false)
 
 The shared import path: one call into the bridge, then the array is composed here.
 `pointer_of(obj)` returns the borrowed `PyObject*` of `obj` (the caller keeps `obj` alive).
+`decline=true` (the `pyconvert` rules): what the bridge declines (see `import_flags`) throws a
+`DLPackError` of kind `:declined`, for the caller to catch (`declined`).
 """
 function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=nothing,
-                       order::Symbol=:producer, readonly::Bool=false) where {A}
+                       order::Symbol=:producer, readonly::Bool=false, decline::Bool=false) where {A}
     # Every argument is checked before the tensor exists.
     request = plan_options(A, copy, order, readonly || A <: ReadOnlyArray)
     result, plan = owned_import((plan, owner) -> wrap_imported(A, plan, owner), python_import_plan, pointer_of,
-                                obj, import_options(A, copy), request, import_flags(writable_type(A)))
+                                obj, import_options(A, copy), request, import_flags(writable_type(A), decline))
     # Plain forms and ReadOnlyArray targets are what was asked for already (wrapping a
     # ReadOnlyArray again would give a result `share` cannot export; the core refused read-only
     # memory for the others); otherwise a view of memory the producer marked read-only stays
@@ -162,6 +174,74 @@ function from_dlpack(::Type{T}, x; kwargs...) where {T<:AbstractArray}
     return from_dlpack(T, o; kwargs...)
 end
 from_dlpack(x; kwargs...) = from_dlpack(Array, x; kwargs...)
+
+# A Julia array: what juliacall made of a tensor argument (PythonCall's `pyconvert(Any, t)`, by
+# the rules of the PythonCall extension: a view of torch's, JAX's or CuPy's memory), so that
+# one function `f(x) = from_dlpack(x)` serves NumPy arguments (a `PyArray`, unwrapped to its
+# object above) and those alike. PythonCall's wrappers keep going to their Python object.
+function from_dlpack(::Type{T}, x::AbstractArray; kwargs...) where {T<:AbstractArray}
+    o = python_object(x)
+    o === nothing || return from_dlpack(T, o; kwargs...)
+    return already_imported(T, x; kwargs...)
+end
+from_dlpack(x::AbstractArray; kwargs...) =
+    python_object(x) === nothing ? already_imported(Any, x; kwargs...) : from_dlpack(Array, x; kwargs...)
+
+"""
+    already_imported(T, x; copy, order, readonly)
+
+`from_dlpack(T, x)` for a Julia array `x` that stands for the tensor (`T === Any`: none named,
+`from_dlpack(x)`), by the rules `from_dlpack` follows for the tensor itself:
+- `x` when it is what `from_dlpack` gives for `T`: any array for `Any` and `ReadOnlyArray`
+  (wrapped), a host array for the untyped `Array`, else an `x isa T`;
+- else the typed forms (`Array{T,N}`, `Matrix`, `Vector`, `Array{T}`, `ReadOnlyArray{T,N}`) get
+  a copy of `x` of exactly their type, which `copy=false` refuses; another element type or rank
+  than they name throws a `DLPackError` naming both; any other type throws (nothing to view);
+- `copy=true` always copies; read-only memory (a `ReadOnlyArray`) needs `readonly=true` (a
+  type with no read-only form refuses it but for a copy); `x` has the producer's indices
+  already, so `order=:reversed` is refused; an array on a device is no host `Array`.
+"""
+function already_imported(::Type{T}, x::AbstractArray; copy::Union{Nothing,Bool}=nothing,
+                          order::Symbol=:producer, readonly::Bool=false) where {T}
+    index_order_code(order)  # an unknown order is the ArgumentError it is for a tensor
+    order === :producer || throw(ArgumentError(
+        "from_dlpack(…; order=:reversed) of a Julia array: it has the producer's indices already (juliacall " *
+        "converted the tensor); use PermutedDimsArray(x, ndims(x):-1:1) or permutedims"))
+    if x isa ReadOnlyArray && copy !== true && !(T <: ReadOnlyArray) && !(readonly && !writable_type(T))
+        throw(DLPackError(:buffer, "this array is read-only (its producer marked the memory so): pass " *
+                                   "readonly=true (untyped forms), ask for ReadOnlyArray{T,N}, or copy=true"))
+    end
+    T === Any || !is_plain(T) || check_typed(T, x)
+    device = array_device(x isa ReadOnlyArray ? parent(x) : x)
+    (T <: Array || T <: ReadOnlyArray) && device[1] != KDLCPU && throw(DLPackError(:buffer,
+        "this $(typeof(x)) is on device $device (DLPack's type and id), not the host; ask for its own " *
+        "array type (from_dlpack(CuArray, x)) or copy it to the host yourself"))
+    if copy !== true
+        (T === Any || T === Array || x isa T) && return x
+        T === ReadOnlyArray && return ReadOnlyArray(x)
+    end
+    copy === false && throw(DLPackError(:buffer, "copy=false, but this $(typeof(x)) is not a $T: it would have to be copied"))
+    return copied(T, x)
+end
+
+# A fresh array of `T` with `x`'s elements (`already_imported`'s copies).
+copied(::Type{Any}, x::AbstractArray) = Base.copy(x)
+copied(::Type{T}, x::AbstractArray) where {T<:Array} = (T === Array ? Array(x) : T(x))::Array
+copied(::Type{<:ReadOnlyArray}, x::AbstractArray) = ReadOnlyArray(Array(x))
+copied(::Type{<:ReadOnlyArray{T,N}}, x::AbstractArray) where {T,N} = ReadOnlyArray(Array{T,N}(x))
+copied(::Type{T}, x::AbstractArray) where {T} = throw(DLPackError(:buffer,
+    "from_dlpack($T, x) of a $(typeof(x)): a Julia array becomes only itself, an Array or a ReadOnlyArray " *
+    "form; convert it (convert($T, x)) or pass the tensor itself"))
+
+"A typed form's element type and rank against `x`'s, as the core checks a tensor's."
+function check_typed(::Type{T}, x::AbstractArray) where {T}
+    element, rank = requested_element(T), requested_rank(T)
+    element == PLAN_ANY || eltype(x) === eltype(T) || throw(DLPackError(:buffer,
+        "the tensor's element type is $(eltype(x)), not the requested $(eltype(T))"))
+    rank == PLAN_ANY || ndims(x) == rank || throw(DLPackError(:buffer,
+        "the tensor has $(ndims(x)) dimensions, not the requested $rank"))
+    return nothing
+end
 
 # For PythonCall's `pyconvert` rules (ext/RsDLPackPythonCallExt.jl): the array types that
 # `from_dlpack` makes besides `Array` (the CUDA extension adds `CuArray`), and the array type

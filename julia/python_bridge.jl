@@ -126,6 +126,7 @@ const IMPORT_PLAN = Ref{Ptr{Cvoid}}(C_NULL)
 const SHARE = Ref{Ptr{Cvoid}}(C_NULL)
 const SHARE_INTO = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_AFTER = Ref{Ptr{Cvoid}}(C_NULL)
+const RELEASE_AFTER_KEPT = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_LATER = Ref{Ptr{Cvoid}}(C_NULL)
 const KEEP_STREAM_ALIVE = Ref{Ptr{Cvoid}}(C_NULL)
 
@@ -145,6 +146,7 @@ function load_python_bridge!()
         SHARE[] = Libdl.dlsym(library, :rsdlpack_py_share_with_flags)
         SHARE_INTO[] = Libdl.dlsym(library, :rsdlpack_py_share_into_with_flags)
         RELEASE_AFTER[] = Libdl.dlsym(library, :rsdlpack_imported_release_after)
+        RELEASE_AFTER_KEPT[] = Libdl.dlsym(library, :rsdlpack_imported_release_after_kept)
         RELEASE_LATER[] = Libdl.dlsym(library, :rsdlpack_imported_release_later)
         KEEP_STREAM_ALIVE[] = Libdl.dlsym(library, :rsdlpack_imported_keep_stream_alive)
         PYTHON_BRIDGE[] = library
@@ -226,18 +228,38 @@ function import_through(entry::Ptr{Cvoid}, ::Type{R}, object::Ptr{Cvoid}, option
 end
 
 """
+    python_tensor_device(object_pointer) -> Union{Nothing,Tuple{UInt32,Int32}}
+
+The DLPack device (type, id) the tensor of a borrowed `PyObject*` lives on, or `nothing` where
+the bridge declines the object (`rsdlpack_py_tensor_device` with `CALL_DECLINE_REFUSALS`: a
+class, a capsule, an object without `__dlpack__`, a `__dlpack_device__` that raises). Other
+errors throw. For the `pyconvert` rules, which pick their array type by device.
+"""
+function python_tensor_device(object::Ptr{Cvoid})
+    device_type, device_id = Ref{UInt32}(0), Ref{Int32}(0)
+    message = Ref{Ptr{UInt8}}(C_NULL)
+    code = ccall(python_symbol(:rsdlpack_py_tensor_device), Int32,
+                 (Ptr{Cvoid}, UInt32, Ref{UInt32}, Ref{Int32}, Ref{Ptr{UInt8}}), object,
+                 UInt32(CALL_REFUSE_WITHOUT_GIL | CALL_DECLINE_REFUSALS), device_type, device_id, message)
+    code == 0 && return (device_type[], device_id[])
+    error = bridge_error(code, message[])  # frees the message
+    error.kind === :declined && return nothing
+    throw(error)
+end
+
+"""
     python_share(array_export) -> Ptr{Cvoid}
 
 One call: describes the Julia array as a DLPack tensor rooted under `array_export.root_id` and
 returns a new reference to a Python object with `__dlpack__`. On error nothing refers to the
 root any more.
 """
-function python_share(array::ArrayExport)
+function python_share(array::ArrayExport, flags::UInt32=UInt32(0))
     entry = loaded(SHARE)
     result = Ref{ShareResult}()
     checked(; on_error=unroot_released!) do message
         ccall(entry, Int32, (Ref{ArrayExport}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-              array, UInt32(CALL_REFUSE_WITHOUT_GIL), result, message)
+              array, UInt32(CALL_REFUSE_WITHOUT_GIL) | flags, result, message)
     end
     return shared_object(result)
 end
@@ -249,12 +271,12 @@ As `python_share`, but when `type_pointer` (borrowed) is a Python type the new r
 an object of it, made by that type's DLPack C exchange API (`managed_tensor_to_py_object_no_sync`;
 a type without one is refused); for any other object, an exporter as from `python_share`.
 """
-function python_share_into(array::ArrayExport, type::Ptr{Cvoid})
+function python_share_into(array::ArrayExport, type::Ptr{Cvoid}, flags::UInt32=UInt32(0))
     entry = loaded(SHARE_INTO)
     result = Ref{ShareResult}()
     checked(; on_error=unroot_released!) do message
         ccall(entry, Int32, (Ref{ArrayExport}, Ptr{Cvoid}, UInt32, Ref{ShareResult}, Ref{Ptr{UInt8}}),
-              array, type, UInt32(CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES), result, message)
+              array, type, UInt32(CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES) | flags, result, message)
     end
     return shared_object(result)
 end
@@ -298,15 +320,77 @@ end
 Releases the tensor now: its producer's deleter runs at once on the thread that holds the GIL,
 for a CUDA tensor once the work enqueued so far on the stream it was imported on, and on
 `stream` (a DLPack stream value; -1 for none), is complete. Throws a `DLPackError` when that
-ordering failed; the tensor is released regardless.
+ordering failed; the tensor is released regardless. `keeper`: the object whose finalizer would
+destroy `stream` (the task's `CuStream`), rooted until the release has recorded its event there
+(a graph capture of `stream` defers that past this call); `nothing` for none. The wait for the
+GPU lets garbage collection run on other threads meanwhile (`gc_safe_call`).
 """
-function release_now!(owner::TensorOwner, stream::Int64=Int64(-1))
+function release_now!(owner::TensorOwner, stream::Int64=Int64(-1), keeper=nothing)
     handle = take_handle!(owner)
     handle == C_NULL && return nothing
-    checked() do message
-        ccall(RELEASE_AFTER[], Int32, (Ptr{Cvoid}, Int64, Ref{Ptr{UInt8}}), handle, stream, message)
+    if keeper === nothing
+        entry = RELEASE_AFTER[]
+        checked() do message
+            gc_safe_call(entry, handle, stream, message)
+        end
+    else
+        entry = RELEASE_AFTER_KEPT[]
+        id = root!(keeper)
+        checked() do message
+            gc_safe_call(entry, handle, stream, id, message)
+        end
+        unroot_released!()
     end
     return nothing
+end
+
+# The explicit releases wait for the GPU inside the bridge (an event or a context
+# synchronisation). A plain `ccall` leaves the thread outside a GC safepoint for that long, so a
+# collection started on any other thread would wait for the GPU too. These calls mark the
+# thread GC-safe around the foreign call — they touch no Julia object; the bridge calls back
+# into Julia only through `@cfunction`s (Python deleters reaching juliacall), which switch back
+# to GC-unsafe mode by themselves (Julia ≥ 1.9). `@ccall gc_safe=true` exists from Julia 1.12
+# (1.12.0-DEV.2029; 1.13.0-DEV.70 on the 1.13 line): there it is used; before, the runtime's
+# exported `jl_gc_safe_enter`/`jl_gc_safe_leave` pair does the same around a plain `ccall`
+# (GPUToolbox.jl's `@gcsafe_ccall` makes the same choice).
+const HAS_CCALL_GCSAFE = VERSION >= v"1.13.0-DEV.70" || v"1.12.0-DEV.2029" <= VERSION < v"1.13-"
+
+@static if HAS_CCALL_GCSAFE
+    gc_safe_call(entry::Ptr{Cvoid}, handle::Ptr{Cvoid}, stream::Int64, message::Ref{Ptr{UInt8}}) =
+        @ccall gc_safe=true $entry(handle::Ptr{Cvoid}, stream::Int64, message::Ref{Ptr{UInt8}})::Int32
+    gc_safe_call(entry::Ptr{Cvoid}, handle::Ptr{Cvoid}, stream::Int64, id::UInt64, message::Ref{Ptr{UInt8}}) =
+        @ccall gc_safe=true $entry(handle::Ptr{Cvoid}, stream::Int64, id::UInt64, message::Ref{Ptr{UInt8}})::Int32
+    gc_safe_call(entry::Ptr{Cvoid}, flags::UInt32, released::Ref{Csize_t}, message::Ref{Ptr{UInt8}}) =
+        @ccall gc_safe=true $entry(flags::UInt32, released::Ref{Csize_t}, message::Ref{Ptr{UInt8}})::Int32
+else
+    function gc_safe_call(entry::Ptr{Cvoid}, handle::Ptr{Cvoid}, stream::Int64, message::Ref{Ptr{UInt8}})
+        GC.@preserve message begin
+            out = Base.unsafe_convert(Ptr{Ptr{UInt8}}, message)
+            state = ccall(:jl_gc_safe_enter, Int8, ())
+            code = ccall(entry, Int32, (Ptr{Cvoid}, Int64, Ptr{Ptr{UInt8}}), handle, stream, out)
+            ccall(:jl_gc_safe_leave, Cvoid, (Int8,), state)
+        end
+        return code
+    end
+    function gc_safe_call(entry::Ptr{Cvoid}, handle::Ptr{Cvoid}, stream::Int64, id::UInt64, message::Ref{Ptr{UInt8}})
+        GC.@preserve message begin
+            out = Base.unsafe_convert(Ptr{Ptr{UInt8}}, message)
+            state = ccall(:jl_gc_safe_enter, Int8, ())
+            code = ccall(entry, Int32, (Ptr{Cvoid}, Int64, UInt64, Ptr{Ptr{UInt8}}), handle, stream, id, out)
+            ccall(:jl_gc_safe_leave, Cvoid, (Int8,), state)
+        end
+        return code
+    end
+    function gc_safe_call(entry::Ptr{Cvoid}, flags::UInt32, released::Ref{Csize_t}, message::Ref{Ptr{UInt8}})
+        GC.@preserve released message begin
+            count = Base.unsafe_convert(Ptr{Csize_t}, released)
+            out = Base.unsafe_convert(Ptr{Ptr{UInt8}}, message)
+            state = ccall(:jl_gc_safe_enter, Int8, ())
+            code = ccall(entry, Int32, (UInt32, Ptr{Csize_t}, Ptr{Ptr{UInt8}}), flags, count, out)
+            ccall(:jl_gc_safe_leave, Cvoid, (Int8,), state)
+        end
+        return code
+    end
 end
 
 """
@@ -337,7 +421,9 @@ end
 Runs the deleters of Python-produced tensors whose release was queued (garbage-collected
 arrays: finalizers only queue, and the next RsDLPack call on the Python thread drains the
 queue anyway, except CUDA tensors whose import stream's work is still running, which this waits
-for), and unroots Julia arrays whose exported tensors were released. Call it from the thread
+for — garbage collection on other threads runs meanwhile — and those whose release could record
+no event and must synchronise their device's context, which only this does: call it where no
+CUDA graph is being captured), and unroots Julia arrays whose exported tensors were released. Call it from the thread
 that holds the GIL: from another it throws a `DLPackError` at once (after the unrooting)
 rather than wait for the GIL. Returns how many Python releases ran.
 """
@@ -347,7 +433,7 @@ function flush_releases()
     released = Ref{Csize_t}(0)
     entry = python_symbol(:rsdlpack_py_flush_releases_with_flags)
     checked() do message
-        ccall(entry, Int32, (UInt32, Ref{Csize_t}, Ref{Ptr{UInt8}}), UInt32(CALL_REFUSE_WITHOUT_GIL), released, message)
+        gc_safe_call(entry, UInt32(CALL_REFUSE_WITHOUT_GIL), released, message)
     end
     return Int(released[])
 end

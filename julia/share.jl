@@ -88,6 +88,12 @@ producer_stream(A::PermutedDimsArray) = producer_stream(parent(A))
 share_root(A::AbstractArray) = A
 share_root(A::PermutedDimsArray) = (A, share_root(parent(A)))
 
+# Flags of the share: `SHARE_STREAM_KEPT` where `share_root` roots the object whose finalizer
+# would destroy `producer_stream`'s stream (the CUDA extension: the task's CuStream), so that
+# each `__dlpack__` records on that stream then (ordering writes made after the share too).
+share_flags(::AbstractArray) = UInt32(0)
+share_flags(A::PermutedDimsArray) = share_flags(parent(A))
+
 "Whether `share` can describe `A` with one pointer and strides (Base's StridedArray misses PermutedDimsArray; the StridedViews extension adds StridedView)."
 is_strided(A::AbstractArray) = A isa StridedArray
 is_strided(A::PermutedDimsArray) = is_strided(parent(A))
@@ -118,13 +124,13 @@ function share_array(to_python, call, is_type, A::AbstractArray, consumer; order
     dims = collect(Int64, size(B))
     steps = collect(Int64, strides(B))
     device_type, device_id = array_device(B)
-    address, stream = array_address(B), producer_stream(B)
+    address, stream, flags = array_address(B), producer_stream(B), share_flags(B)
     id = root!(share_root(B))
     shared = GC.@preserve B dims steps consumer begin
         array = ArrayExport(address, pointer(dims), pointer(steps), ndims(B), id,
                             stream, code, order_code, device_type, device_id,
                             readonly ? ACCESS_READ_ONLY : ACCESS_WRITABLE, 0)
-        into === nothing ? python_share(array) : python_share_into(array, into)
+        into === nothing ? python_share(array, flags) : python_share_into(array, into, flags)
     end
     object = to_python(shared)
     return consumer isa Type || (into !== nothing && is_type(consumer)) ? object : call(consumer, object)

@@ -44,16 +44,17 @@ function strided_request(::Type{P}, element::Int64, rank::Int64; copy::Union{Not
 end
 
 """
-    import_strided(make, pointer_of, P, obj, request, writable_type; copy) -> (result, read_only)
+    import_strided(make, pointer_of, P, obj, request, writable_type; copy, decline=false) -> (result, read_only)
 
 The strided import: one call into the bridge, then `make(plan, owner)` builds the result (from
 `strided_parts`); `read_only` says whether it shares memory the producer marked read-only.
-`writable_type`: the result has no read-only form (read-only memory is refused unless copied).
-The bridge call and the tensor's ownership are `owned_import`'s.
+`writable_type`: the result has no read-only form (read-only memory is refused unless copied);
+`decline`: as for `import_dlpack`. The bridge call and the tensor's ownership are
+`owned_import`'s.
 """
 function import_strided(make, pointer_of, ::Type{P}, obj, request::PlanOptions, writable_type::Bool;
-                        copy::Union{Nothing,Bool}) where {P}
+                        copy::Union{Nothing,Bool}, decline::Bool=false) where {P}
     result, plan = owned_import(make, python_import_strided_plan, pointer_of, obj, import_options(P, copy),
-                                request, import_flags(writable_type))
+                                request, import_flags(writable_type, decline))
     return result, plan.read_only != 0
 end

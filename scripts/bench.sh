@@ -7,7 +7,8 @@
 # process (the Rust bench, every size) and as shipped (librsdlpack_python.so called from Python
 # through ctypes for the copies, and from a C program that embeds the venv's CPython, as
 # Julia's ccall calls it, for the rest), with torch's rows beside torch's own C exchange API
-# where torch imports. Writes the in-process import rows to target/bench/import.csv and plots
+# where torch imports, then what a differentiable call into torch costs beyond torch
+# (benches/autodiff_overhead.py). Writes the in-process import rows to target/bench/import.csv and plots
 # them to benches/import_overhead.png.
 # Benchmarks are never timed tests: CI builds them (clippy --all-targets) but asserts no time.
 source "$(dirname "$0")/env.sh"
@@ -48,4 +49,11 @@ if [ "$shared" = "1" ] && command -v cc >/dev/null; then
     done
 else
     echo "NOT RUN: needs a C compiler and a CPython built with a shared libpython (Py_ENABLE_SHARED)"
+fi
+echo
+echo "== differentiable calls (issue 37): benches/autodiff_overhead.py"
+if "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+    "$VENV/bin/python" benches/autodiff_overhead.py
+else
+    echo "NOT RUN: torch is not installed"
 fi

@@ -19,7 +19,7 @@ name, C type, array length) and laid out by ctypes, which follows the platform's
   its name, as `rsdlpack_struct_size`'s documented numbering does; `ERROR_KINDS` gives every
   `RSDL_ERROR_CODE_*` the kind of its name (`:not_dlpack`); `ELEMENT_TYPES` lists the Julia
   types in `RSDL_ELEMENT_CODE_*` order, each named as its code (`Float32`, `BFLOAT16`);
-- the error-code tables of README.md and docs/src/c_abi.md: each code with the Julia kind of
+- the error-code tables of docs/src/usage.md and docs/src/c_abi.md: each code with the Julia kind of
   its name, every code once;
 
 Names must match exactly (the mirrors use the Rust field names). Prints each mismatch, naming
@@ -48,7 +48,7 @@ JULIA_MIRRORS = tuple(ROOT / "julia" / name for name in ("python_bridge.jl", "ar
 JULIA_ABI = ROOT / "julia" / "abi.jl"
 CTYPES_ABI = ROOT / "test" / "python" / "rsdlpack_abi.py"
 # Prose with an error-code table.
-DOCS = (ROOT / "README.md", ROOT / "docs" / "src" / "c_abi.md")
+DOCS = (ROOT / "docs" / "src" / "usage.md", ROOT / "docs" / "src" / "c_abi.md")
 
 # Header name → mirror name: the mirrors drop C's namespace prefix.
 PREFIX = "Rsdl"

@@ -10,7 +10,7 @@ import tree_sitter_julia
 
 # The Julia package's directories (the repository root is the package).
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGE_DIRS = ("src", "julia", "ext", "deps", "test")
+PACKAGE_DIRS = ("src", "julia", "ext", "deps", "test", "docs")
 
 parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_julia.language()))
 

@@ -44,6 +44,9 @@ echo "== instruction budgets of the hot paths, under callgrind (scripts/budgets.
 bash scripts/budgets.sh
 
 echo "== Julia bridge: jlrs type-check and lints without Julia (DOCS_RS=1, own target dir)"
+# jlrs has no per-version features (since 0.22): under DOCS_RS its build scripts take its stable
+# version (1.11), and each other version of [compat] (1.10-1.13) is compiled against that
+# version's julia.h by the BinaryBuilder recipe (docs/src/development.md, "Julia versions").
 DOCS_RS=1 cargo clippy --quiet --manifest-path bridges/julia/Cargo.toml \
     --target-dir "$ROOT/target/jlrs-check" -- -D warnings
 

@@ -32,6 +32,8 @@ using PrecompileTools: @setup_workload, @compile_workload
 using ReadOnlyArrays: ReadOnlyArray
 
 export from_dlpack, share, flush_releases, unsafe_cuda_stream, DLPackError, ReadOnlyArray, DLPackRaw
+# Differentiable calls into torch and JAX (julia/autodiff.jl; rules and layer in extensions).
+export PyFunction, torch_layer
 # Public, not exported (the README calls them qualified). `public` is syntax from Julia 1.11;
 # built as an expression, this still parses on 1.10.
 @static if VERSION >= v"1.11"
@@ -49,6 +51,7 @@ include("../julia/arrays.jl")
 include("../julia/import.jl")
 include("../julia/share.jl")
 include("../julia/strided.jl")
+include("../julia/autodiff.jl")
 include("../julia/cuda.jl")
 include("../julia/precompile.jl")
 

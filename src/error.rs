@@ -51,6 +51,14 @@ pub enum ErrorCode {
     /// The Python interpreter is not running in this process (a C caller's code only: there is
     /// no Python to raise into).
     Interpreter = 7,
+    /// The caller asked to be told, rather than given the import's error, when the object is
+    /// not one to import: not a tensor (no `__dlpack__`, a Python type object), or a tensor its
+    /// producer refuses to export or that cannot be exchanged as asked (the import's
+    /// `NotDlpack`, `Buffer` and `Producer` errors). Only the entry points that take
+    /// `RSDLPACK_CALL_DECLINE_REFUSALS` answer it, the import's message still written: a
+    /// converter that may pass an object on to others (PythonCall's `pyconvert` rules) declines
+    /// it. Never a Python exception.
+    Declined = 8,
     /// A bug in RsDLPack: a panic caught at the border, or a broken invariant.
     Internal = 99,
 }
@@ -344,7 +352,9 @@ pub enum Error {
         "this CUDA tensor was imported with stream=-1 (its consumer orders its own work), so its \
          release names no stream to wait for; pass the stream your work on it ran on \
          (rsdlpack_imported_release_after; Julia's RsDLPack.unsafe_free! passes the task's \
-         CUDA.stream()) — this release synchronised the device's whole context instead"
+         CUDA.stream()) — this release waits instead for the device's whole context to be \
+         synchronised, which only the explicit flush does (flush_releases, \
+         rsdlpack_py_flush_releases: call it where no CUDA graph is being captured)"
     )]
     ReleaseNeedsStream,
 
@@ -354,6 +364,13 @@ pub enum Error {
          (queued releases wait by themselves)"
     )]
     ReleaseDuringCapture,
+
+    #[error(
+        "the producer's CUDA stream is being captured into a graph, so the work that writes this \
+         tensor has not run and nothing outside that capture can wait for it; hand the tensor \
+         over after the capture has ended (or from a stream that is not capturing)"
+    )]
+    ProducerCapturing,
 }
 
 impl Error {
@@ -400,6 +417,7 @@ impl Error {
             | Self::NoDeviceCopies
             | Self::HostCopyNotOnDevice { .. }
             | Self::StreamNotHonoured { .. }
+            | Self::ProducerCapturing
             | Self::NoCudaDriver
             | Self::CudaInit { .. }
             | Self::NotOnTarget { .. }
@@ -592,6 +610,7 @@ mod tests {
             (Error::NotCudaMemory { device }, InvalidInput),
             (Error::ReleaseNeedsStream, InvalidInput),
             (Error::ReleaseDuringCapture, InvalidInput),
+            (Error::ProducerCapturing, BufferRefusal),
             (Error::NoCudaDriver, BufferRefusal),
             (
                 Error::CudaInit {

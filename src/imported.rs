@@ -188,7 +188,7 @@ impl ImportedTensor {
     /// is recorded there now, and the [`PendingRelease`] runs the deleter once it completes.
     pub fn into_release(self) -> PendingRelease {
         // SAFETY: no caller stream; the consumer's is live (`set_consumer_stream`'s contract).
-        unsafe { self.release_after(None) }
+        unsafe { self.release_after(None, None) }
     }
 
     /// As [`Self::into_release`], ordered after the work enqueued so far on `caller` (a
@@ -198,12 +198,34 @@ impl ImportedTensor {
     /// `caller` must be 1, 2 or a live `CUstream` of the tensor's device.
     pub unsafe fn into_release_after(self, caller: usize) -> PendingRelease {
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.release_after(Some(caller)) }
+        unsafe { self.release_after(Some(caller), None) }
+    }
+
+    /// As [`Self::into_release_after`], with what keeps `caller` alive until the release has
+    /// recorded its event there: a graph capture of `caller` defers that record past this
+    /// call, and a caller that cannot promise its stream outlives it (a Julia task's, which
+    /// CUDA.jl destroys once the task is collected) hands a keeper, as for the consumer's
+    /// stream ([`Self::keep_consumer_stream`]). The keeper is dropped once the event is
+    /// recorded, or at once when nothing is.
+    ///
+    /// # Safety
+    /// `caller` must be 1, 2 or a live `CUstream` of the tensor's device while `keeper` lives.
+    pub unsafe fn into_release_after_kept(
+        self,
+        caller: usize,
+        keeper: StreamKeeper,
+    ) -> PendingRelease {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.release_after(Some(caller), Some(keeper)) }
     }
 
     /// # Safety
     /// As [`Self::into_release_after`], for `caller` when it is `Some`.
-    unsafe fn release_after(self, caller: Option<usize>) -> PendingRelease {
+    unsafe fn release_after(
+        self,
+        caller: Option<usize>,
+        caller_keeper: Option<StreamKeeper>,
+    ) -> PendingRelease {
         // Asked before the fields move out: moving the descriptor would copy its ~560 bytes.
         let device = ordering_device(&self.0.descriptor);
         let Imported {
@@ -223,10 +245,11 @@ impl ImportedTensor {
             None if self_ordered => ConsumerOrdering::SelfOrdered,
             None => ConsumerOrdering::Unknown,
         };
+        let keepers = stream_keeper.into_iter().chain(caller_keeper).collect();
         // SAFETY: the consumer's stream is live (`set_consumer_stream`'s contract, and its
         // keeper, which the release holds until its event is recorded there), the caller's by
-        // this function's.
-        unsafe { PendingRelease::after(managed, device, ordering, caller, stream_keeper) }
+        // this function's (and its keeper's).
+        unsafe { PendingRelease::after(managed, device, ordering, caller, keepers) }
     }
 
     /// The tensor as one pointer to its allocation (aligned to at least 8 bytes), for handles

@@ -38,6 +38,19 @@
 //! without a driver, where no device work can exist, does nothing wait. A leaked tensor would
 //! hold the producer's memory (and a Python object) for the rest of the process.
 //!
+//! Exports need the mirror of this: a consumer (torch) calls an exported tensor's deleter
+//! without waiting for its own streams, and the producer's allocator (CUDA.jl's pool) reuses
+//! the memory on its own stream as soon as it is given back. So the exporter remembers the
+//! stream each consumer was handed the memory on ([`ConsumerStreams`],
+//! [`export_release_stream`]), and gives the memory back through a release fenced on them
+//! ([`PendingRelease::of_export`]), queued like an import's, never waited for in the deleter.
+//!
+//! A graph capture changes two things. An event cannot be recorded on a stream being captured
+//! (it would be a node of the graph): the record waits until the capture has ended, and the
+//! release stays queued meanwhile. And the conservative fallback (synchronising a context)
+//! would break a capture on any stream of that context: it is left to the explicit flush, and
+//! a synchronisation a capture refuses leaves the release pending ([`PendingRelease::wait`]).
+//!
 //! For the GPU check only: in a build with the `unordered-releases-for-tests` feature
 //! (scripts/gpu_check.sh's; never a shipped one), `RSDLPACK_TEST_UNORDERED_RELEASES=1` in the
 //! environment (read once per process) makes releases record no fence, so that the check can
@@ -49,6 +62,8 @@ use crate::descriptor::TensorDescriptor;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::managed::ManagedTensor;
+use crate::stream::StreamRequest;
+use std::sync::Mutex;
 #[cfg(feature = "unordered-releases-for-tests")]
 use std::sync::OnceLock;
 
@@ -72,17 +87,18 @@ fn ordering_disabled() -> bool {
 
 /// The CUDA device whose streams can use `descriptor`'s memory, or `None` when no device
 /// work can touch it (host memory, or an empty tensor). Pinned host memory belongs to no
-/// device; DLPack gives it id 0 and so does this (as the pointer check does).
+/// device: the device of the context current now stands for it
+/// ([`crate::cuda::device_of_memory`]).
 pub fn ordering_device(descriptor: &TensorDescriptor) -> Option<i32> {
     let device = descriptor.device();
-    if descriptor.element_count() == 0 {
+    if descriptor.element_count() == 0 || !device.kind.is_cuda() {
         return None;
     }
-    match device.kind {
-        DeviceKind::Cuda | DeviceKind::CudaManaged => Some(device.id),
-        DeviceKind::CudaHost => Some(0),
+    let current = match device.kind {
+        DeviceKind::CudaHost => crate::cuda::current_device(),
         _ => None,
-    }
+    };
+    crate::cuda::device_of_memory(device.kind, device.id, current)
 }
 
 /// What keeps a consumer's stream alive for an imported tensor's release (see the module
@@ -116,8 +132,9 @@ pub struct PendingRelease {
     fence: Option<ReleaseFence>,
     /// A failure while recording the fence, returned by [`Self::complete`].
     error: Option<Error>,
-    /// Keeps the consumer's stream alive until every event is recorded on it.
-    stream_keeper: Option<StreamKeeper>,
+    /// Keep the consumer's stream (and the caller's, where one was named with a keeper) alive
+    /// until every event is recorded on them.
+    stream_keepers: Vec<StreamKeeper>,
 }
 
 impl PendingRelease {
@@ -127,13 +144,14 @@ impl PendingRelease {
             managed: Some(managed),
             fence: None,
             error: None,
-            stream_keeper: None,
+            stream_keepers: Vec::new(),
         }
     }
 
     /// A release of `managed` ordered after the work enqueued so far on the consumer's stream
     /// and on `caller` (a `CUstream` value), when its memory is on a device: `device`, its
-    /// [`ordering_device`].
+    /// [`ordering_device`]. `stream_keepers` keep those streams alive until the events are
+    /// recorded on them (a capture may defer a record past this call).
     ///
     /// # Safety
     /// The consumer's stream and `caller` must each be 1, 2 or a live `CUstream` of the
@@ -143,7 +161,7 @@ impl PendingRelease {
         device: Option<i32>,
         consumer: ConsumerOrdering,
         caller: Option<usize>,
-        stream_keeper: Option<StreamKeeper>,
+        stream_keepers: Vec<StreamKeeper>,
     ) -> Self {
         let Some(device) = device else {
             return Self::unordered(managed);
@@ -180,16 +198,18 @@ impl PendingRelease {
             managed: Some(managed),
             fence: Some(fence),
             error,
-            stream_keeper,
+            stream_keepers,
         };
         release.let_streams_go_once_recorded();
         release
     }
 
-    /// Drops the stream keeper once every event is recorded (a capture may defer one).
+    /// Drops the stream keepers once every event is recorded (a capture may defer one).
     fn let_streams_go_once_recorded(&mut self) {
-        if self.stream_keeper.is_some() && self.fence.as_mut().is_none_or(ReleaseFence::can_wait) {
-            self.stream_keeper = None;
+        if !self.stream_keepers.is_empty()
+            && self.fence.as_mut().is_none_or(ReleaseFence::all_recorded)
+        {
+            self.stream_keepers.clear();
         }
     }
 
@@ -216,6 +236,52 @@ impl PendingRelease {
             .is_some_and(ReleaseFence::is_conservative)
     }
 
+    /// The release of an export's memory: `managed` (a managed tensor over the memory
+    /// `descriptor` describes, whose deleter gives it back to its producer: drops a Julia
+    /// array's root, runs a foreign tensor's deleter) is dropped once the work enqueued so far
+    /// on each of `streams` (its consumers', [`export_release_stream`]) has completed. DLPack
+    /// deleters carry no stream, and a consumer (torch) calls its deleter without waiting for
+    /// its own streams, while the producer's allocator (CUDA.jl's pool) reuses the memory on
+    /// its own stream at once: hence an event on each consumer's stream, waited for as an
+    /// import's release waits ([`crate::cuda::fence`]). An alias (1, 2) is the memory device's
+    /// primary context's stream. No stream, or memory no device works on: nothing to wait for.
+    ///
+    /// # Safety
+    /// Each of `streams` must be 1, 2 or a `CUstream` of the memory's device that is still
+    /// live (consumers' streams must outlive the tensors they work on; torch's pooled streams
+    /// do).
+    pub unsafe fn of_export(
+        managed: ManagedTensor,
+        descriptor: &TensorDescriptor,
+        streams: &[usize],
+    ) -> Self {
+        let device = ordering_device(descriptor).filter(|_| !streams.is_empty());
+        let Some(device) = device.filter(|_| !ordering_disabled()) else {
+            return Self::unordered(managed);
+        };
+        let streams = streams
+            .iter()
+            .map(|&handle| FenceStream {
+                handle,
+                alias_context: None,
+            })
+            .collect();
+        // SAFETY: 1, 2 or live streams of the memory's device (contract).
+        let (fence, recorded) = unsafe { ReleaseFence::record(device, streams) };
+        Self {
+            managed: Some(managed),
+            fence: Some(fence),
+            error: recorded.err(),
+            stream_keepers: Vec::new(),
+        }
+    }
+
+    /// The failure met so far (recording the fence), taken: [`Self::complete`] will not
+    /// return it again. For a caller that reports it now and queues the release.
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+
     /// Whether a fence orders this release (for tests: host memory has none).
     pub fn is_ordered(&self) -> bool {
         self.fence.is_some()
@@ -223,22 +289,43 @@ impl PendingRelease {
 
     /// Waits on the host for the consumer's work without running the deleter yet (so that a
     /// caller can wait without a lock the deleter needs, such as Python's GIL). A failure is
-    /// kept for [`Self::complete`].
+    /// kept for [`Self::complete`]. A wait that a graph capture kept from finishing (an event
+    /// still deferred, a context synchronisation the capture refused) leaves the release
+    /// pending: [`Self::is_waited`] says so, and a queue keeps it.
     pub fn wait(&mut self) {
-        if let Some(Err(error)) = self.fence.take().map(ReleaseFence::wait) {
-            self.error.get_or_insert(error);
+        let Some(fence) = self.fence.as_mut() else {
+            return;
+        };
+        let waited = fence.wait();
+        if fence.is_settled() {
+            self.fence = None;
+            if let Err(error) = waited {
+                self.error.get_or_insert(error);
+            }
         }
     }
 
+    /// Whether nothing is left to wait for before the deleter may run (true before any wait
+    /// for a release that orders after nothing; false after a wait a capture kept from
+    /// finishing).
+    pub fn is_waited(&self) -> bool {
+        self.fence.is_none()
+    }
+
     /// Waits on the host for the consumer's work, then runs the deleter — always, also after a
-    /// failure, which it then returns (the first: recording, then waiting).
+    /// failure, which it then returns (the first: recording, then waiting). A capture that
+    /// keeps the wait from finishing is [`Error::ReleaseDuringCapture`]: ask [`Self::can_wait`]
+    /// first, as the queues do.
     pub fn complete(mut self) -> Result<()> {
         self.finish()
     }
 
     fn finish(&mut self) -> Result<()> {
         self.wait();
-        self.stream_keeper = None;
+        if self.fence.take().is_some() {
+            self.error.get_or_insert(Error::ReleaseDuringCapture);
+        }
+        self.stream_keepers.clear();
         drop(self.managed.take());
         self.error.take().map_or(Ok(()), Err)
     }
@@ -254,6 +341,44 @@ impl Drop for PendingRelease {
         {
             eprintln!("RsDLPack: a queued CUDA release: {error}");
         }
+    }
+}
+
+/// The stream an export's release is ordered after, for a consumer that asked for the memory
+/// with `request` (its `__dlpack__(stream=…)`): the stream it works on the memory on (the
+/// legacy default stream for `None`), for memory that streams order (CUDA and managed); none
+/// for `-1` (the consumer orders its own work, and its release) and for memory no stream
+/// orders. The C exchange API's consumers work on the current stream, which its
+/// `current_work_stream` reports as the legacy default stream:
+/// [`crate::export::plan::exchange_api_stream`] gives the request.
+pub fn export_release_stream(kind: DeviceKind, request: StreamRequest) -> Option<usize> {
+    match kind {
+        DeviceKind::Cuda | DeviceKind::CudaManaged => request.cuda_handle(),
+        _ => None,
+    }
+}
+
+/// The streams an export's consumers named, each once, kept with what keeps the memory alive
+/// until its release ([`PendingRelease::of_export`]).
+#[derive(Debug, Default)]
+pub struct ConsumerStreams(Mutex<Vec<usize>>);
+
+impl ConsumerStreams {
+    pub const fn new() -> Self {
+        Self(Mutex::new(Vec::new()))
+    }
+
+    /// Notes `stream` (a `CUstream` value: 1, 2 or a handle), once.
+    pub fn note(&self, stream: usize) {
+        let mut streams = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !streams.contains(&stream) {
+            streams.push(stream);
+        }
+    }
+
+    /// The streams noted, in order.
+    pub fn take(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -429,6 +554,85 @@ mod tests {
         assert_eq!(CountingOwner::releases(&count), 1);
     }
 
+    #[test]
+    fn an_export_is_released_after_the_stream_each_consumer_named() {
+        use DeviceKind::*;
+        for kind in [Cuda, CudaManaged] {
+            assert_eq!(export_release_stream(kind, StreamRequest::Omitted), Some(1));
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::LegacyDefault),
+                Some(1)
+            );
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::PerThreadDefault),
+                Some(2)
+            );
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::Handle(0x7f00)),
+                Some(0x7f00)
+            );
+            assert_eq!(
+                export_release_stream(kind, StreamRequest::NoSync),
+                None,
+                "-1: the consumer orders itself"
+            );
+        }
+        for kind in [Cpu, CudaHost] {
+            assert_eq!(export_release_stream(kind, StreamRequest::Omitted), None);
+        }
+        // The exchange API's consumers: the current stream, reported as the legacy one.
+        let exchange = crate::export::plan::exchange_api_stream(Cuda);
+        assert_eq!(export_release_stream(Cuda, exchange), Some(1));
+        let noted = ConsumerStreams::new();
+        for stream in [1, 0x7f00, 1, 2, 0x7f00] {
+            noted.note(stream);
+        }
+        assert_eq!(noted.take(), [1, 0x7f00, 2], "each stream once, in order");
+        assert_eq!(noted.take(), Vec::<usize>::new());
+    }
+
+    /// Holds with and without a driver: host memory, or no consumer stream, releases the
+    /// owner with nothing to wait for.
+    #[test]
+    fn an_export_without_consumer_streams_is_released_at_once() {
+        static DATA: [f32; 4] = [0.0; 4];
+        let host = descriptor_on(
+            Device::CPU,
+            DATA.as_ptr() as usize,
+            &[4],
+            &[1],
+            ElementType::Float32,
+        );
+        let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
+        for (descriptor, streams) in [(&host, &[0x7f00usize][..]), (&device, &[][..])] {
+            let (owner, count) = CountingOwner::new();
+            let managed = ManagedTensor::Versioned(export_versioned(descriptor, owner, 3).unwrap());
+            // SAFETY: no stream is recorded on (host memory, or none named).
+            let mut release = unsafe { PendingRelease::of_export(managed, descriptor, streams) };
+            assert!(!release.is_ordered() && release.is_ready());
+            assert_eq!(CountingOwner::releases(&count), 0, "held until completed");
+            release.complete().unwrap();
+            assert_eq!(CountingOwner::releases(&count), 1);
+        }
+    }
+
+    /// Asserts what happens without a driver (CI): device memory with consumer streams is
+    /// ordered (the recording fails for want of a driver, which is the error), and the owner
+    /// is released once, when the release completes.
+    #[test]
+    fn without_a_driver_an_export_with_consumer_streams_is_ordered_and_released_once() {
+        require_no_driver();
+        let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
+        let (owner, count) = CountingOwner::new();
+        let managed = ManagedTensor::Versioned(export_versioned(&device, owner, 3).unwrap());
+        // SAFETY: without a driver no handle is dereferenced.
+        let release = unsafe { PendingRelease::of_export(managed, &device, &[1, 0x7f00]) };
+        assert!(release.is_ordered());
+        assert_eq!(CountingOwner::releases(&count), 0);
+        assert!(matches!(release.complete(), Err(Error::NoCudaDriver)));
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
     thread_local! {
         /// Tokens given back on this thread, each with how many fences this thread had tried
         /// to record by then.
@@ -484,6 +688,16 @@ mod tests {
         // SAFETY: as above.
         drop(unsafe { tensor.into_release_after(0x4560) });
         assert_eq!(given_back(), [(2, before + 1)]);
+        // The caller's stream kept too: both given back after the one recording, not before.
+        let (tensor, count) = on_device(5);
+        let before = tried();
+        // SAFETY: as above.
+        let release =
+            unsafe { tensor.into_release_after_kept(0x4560, StreamKeeper::new(6, give_back)) };
+        assert_eq!(given_back(), [(5, before + 1), (6, before + 1)]);
+        assert_eq!(CountingOwner::releases(&count), 0);
+        drop(release);
+        assert_eq!(given_back(), [], "once");
         let (tensor, count) = on_device(3);
         let forwarded = crate::export::forward::forward_versioned(tensor, drop).unwrap();
         assert_eq!(given_back(), [], "forwarding keeps it");

@@ -6,9 +6,13 @@
     # The header's sizes (julia/abi.jl, generated from it); the Python bridge's are checked
     # when it loads.
     for S in (RsDLPack.ImportOptions, RsDLPack.PlanOptions, RsDLPack.ArrayPlan, RsDLPack.ImportResult,
-              RsDLPack.ArrayExport, RsDLPack.ShareResult)
+              RsDLPack.ArrayExport, RsDLPack.ShareResult, RsDLPack.StridedPlan)
         @test sizeof(S) == RsDLPack.HEADER_STRUCT_SIZES[Symbol(:Rsdl, nameof(S))]
     end
+    # Every struct the bridge checks at load (MIRRORED_STRUCTS) is checked here too.
+    @test issubset(last.(RsDLPack.MIRRORED_STRUCTS), (RsDLPack.ImportOptions, RsDLPack.PlanOptions,
+                                                      RsDLPack.ArrayPlan, RsDLPack.ImportResult, RsDLPack.ArrayExport,
+                                                      RsDLPack.ShareResult, RsDLPack.StridedPlan))
 end
 
 @testset "codes and messages" begin
@@ -23,6 +27,9 @@ end
     @test plain.kind == :invalid && plain.message == "[buffer] plain"
     @test RsDLPack.native_error(RsDLPack.ERROR_CODE_DRIVER, "cuEventRecord failed").kind == :driver
     @test RsDLPack.native_error(RsDLPack.ERROR_CODE_INTERPRETER, "not running").kind == :interpreter
+    @test RsDLPack.native_error(RsDLPack.ERROR_CODE_DECLINED, "a class, not a tensor").kind == :declined
+    @test RsDLPack.import_flags(false, true) == RsDLPack.CALL_REFUSE_WITHOUT_GIL | RsDLPack.CALL_DECLINE_REFUSALS
+    @test RsDLPack.import_flags(true) == RsDLPack.CALL_REFUSE_WITHOUT_GIL | RsDLPack.PLAN_WRITABLE_TYPE
     # What the jlrs bridge throws, built by the function it calls (bridges/julia/src/errors.rs).
     thrown = try
         RsDLPack.Native.stream_context(UInt(0))

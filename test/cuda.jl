@@ -9,7 +9,12 @@ using Test: @test, @testset, @test_skip
 using CUDA: CuArray
 using CUDA: CUDA, CuStream
 using PythonCall: Py, PyException, pyconvert, pyhasattr, pyimport, pylist
+using PythonCall: pywith
 using RsDLPack: RsDLPack, from_dlpack, share, unsafe_cuda_stream, DLPackError, ReadOnlyArray
+using RsDLPack: PyFunction, torch_layer
+using LuxCore: LuxCore
+using Random: Random
+using Zygote: Zygote
 using StridedViews: StridedView
 
 "Whether torch imports and sees a GPU (false when torch is not installed)."
@@ -19,6 +24,23 @@ function has_torch_cuda()
     catch e
         e isa PyException || rethrow()
         return false
+    end
+end
+
+"A plan of `kind` for a 2×3 Float32 tensor on CUDA device 0 that holds no tensor (a null handle)."
+function cuda_plan(kind::UInt8)
+    padded(t) = ntuple(k -> k <= length(t) ? Int64(t[k]) : Int64(0), RsDLPack.MAX_NDIM)
+    return RsDLPack.ArrayPlan(C_NULL, UInt(0), Int64(2), padded((2, 3)), padded((2, 3)), padded((1, 1)),
+                              padded((1, 1)), padded((2, 3)), padded((1, 2)), RsDLPack.element_code(Float32),
+                              RsDLPack.KDLCUDA, Int32(0), kind, 0x00, 0x00, 0x00)
+end
+
+# Wherever CUDA.jl loads, GPU or not: the core plans CUDA targets as views or empty results only;
+# any other kind is an internal error, never an uninitialised CuArray (nothing is allocated).
+@testset "a CUDA plan that is neither a view nor empty is an internal error" begin
+    for T in (CuArray, CuArray{Float32,2})
+        err = try RsDLPack.wrap_imported(T, cuda_plan(RsDLPack.PLAN_KIND_COPY), RsDLPack.TensorOwner(C_NULL)); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :internal && occursin("please report", err.message)
     end
 end
 
@@ -64,7 +86,11 @@ else
             # unsafe_free! also waits for the task's stream, views included (test/gpu/check_gpu.py
             # proves the ordering against torch's allocator).
             @test RsDLPack.release_stream(view(A, :, 1)) == RsDLPack.release_stream(A) != -1
+            # ... whose CuStream stays rooted until the release has recorded there.
+            @test RsDLPack.release_stream_keeper(view(A, :, 1)) === CUDA.stream()
+            rooted = RsDLPack.rooted_count()
             RsDLPack.unsafe_free!(A)
+            @test RsDLPack.rooted_count() < rooted  # both streams' roots came back (the import's and the caller's)
         end
         @testset "an importing task's stream stays rooted until the release records on it" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda")
@@ -79,6 +105,29 @@ else
             GC.gc(true)  # the finalizer records the release's event, then gives the root back
             RsDLPack.flush_releases()
             @test RsDLPack.rooted_count() == before
+        end
+        @testset "an empty plan is a fresh CuArray" begin
+            empty = cuda_plan(RsDLPack.PLAN_KIND_EMPTY)
+            E = RsDLPack.wrap_imported(CuArray, empty, RsDLPack.TensorOwner(C_NULL))
+            @test E isa CuArray{Float32,2} && size(E) == (2, 3)
+            @test RsDLPack.wrap_imported(CuArray{Float32,2}, empty, RsDLPack.TensorOwner(C_NULL)) isa CuArray{Float32,2}
+        end
+        @testset "pyconvert(CuArray, t) answers a CuArray or declines" begin
+            c = torch.arange(6, dtype=torch.float32, device="cuda")
+            V = pyconvert(CuArray, c)  # dense: the tensor's memory
+            @test V isa CuArray{Float32,1} && reinterpret(UInt, pointer(V)) == pyconvert(UInt, c.data_ptr())
+            @test pyconvert(CuArray{Float32,1}, c) isa CuArray{Float32,1}
+            # Row-major 2×3: a CuArray in the producer's order would need a device copy, which the
+            # core does not make; declined (the view is released at once), never a PermutedDimsArray.
+            t = c.reshape(2, 3)
+            @test pyconvert(CuArray, t, nothing) === nothing
+            @test pyconvert(CuArray{Float32,2}, t, nothing) === nothing
+            h = pyconvert(CuArray, torch.zeros(2), nothing)  # a host tensor: declined, or torch's device copy
+            @test h === nothing || h isa CuArray{Float32,1}
+            @test pyconvert(AbstractArray, t) isa PermutedDimsArray{Float32,2,<:Any,<:Any,<:CuArray}
+            p = torch.nn.Parameter(torch.zeros(2, device="cuda"))
+            @test !(pyconvert(Any, p) isa AbstractArray)   # requires grad: declined, PythonCall's answer stands
+            @test pyconvert(CuArray, p, nothing) === nothing
         end
         @testset "typed CuArray forms" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)
@@ -132,6 +181,13 @@ else
             @test pyconvert(UInt, u.data_ptr()) == reinterpret(UInt, pointer(M))
             @test pyconvert(Vector{Int}, pylist(u.shape)) == [2, 3]
             @test pyconvert(Float64, u[1, 2].item()) == 6
+            # The task's stream is rooted with the array, and each __dlpack__ records on it:
+            # a write between the share and the consumer's call is ordered before it too.
+            @test RsDLPack.share_flags(M) == RsDLPack.SHARE_STREAM_KEPT
+            e = share(M, Py)
+            M .= 7
+            v = torch.from_dlpack(e)
+            @test pyconvert(Float64, v.sum().item()) == 42
         end
         @testset "the README's CUDA example" begin
             t = torch.arange(6, device="cuda").reshape(2, 3)
@@ -143,6 +199,18 @@ else
             @test s isa CuStream
             RsDLPack.unsafe_free!(A)
         end
+        @testset "the README's PyTorch model on the GPU" begin
+            X = rand(Float32, 4, 16)
+            gpu_model = torch.nn.Linear(4, 2).to("cuda")
+            Xd = CuArray(X)
+            Yd = pywith(torch.no_grad()) do _
+                from_dlpack(CuArray, gpu_model(share(Xd, torch.from_dlpack; order=:reversed)); order=:reversed)
+            end
+            weight = pyconvert(Matrix{Float32}, gpu_model.weight.detach().cpu().numpy())
+            bias = pyconvert(Vector{Float32}, gpu_model.bias.detach().cpu().numpy())
+            @test Yd isa CuArray{Float32,2} && size(Yd) == (2, 16)
+            @test Array(Yd) ≈ weight * X .+ bias
+        end
         @testset "unsafe_cuda_stream wraps torch's stream" begin
             ts = torch.cuda.Stream()
             s = unsafe_cuda_stream(pyconvert(UInt, ts.cuda_stream))
@@ -152,6 +220,27 @@ else
             @test getfield(s, :ctx) == CUDA.context()  # the context the driver reported
             err = try unsafe_cuda_stream(1); nothing catch e; e end
             @test err isa DLPackError && occursin("default-stream alias", err.message)
+        end
+        @testset "a torch CUDA MLP differentiated from Julia (torch_layer, PyFunction)" begin
+            torch.manual_seed(0)
+            mlp = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)).cuda()
+            model = torch_layer(mlp)
+            ps, st = LuxCore.setup(Random.default_rng(), model)
+            @test ps[Symbol("0.weight")] isa CuArray{Float32,2} && size(ps[Symbol("0.weight")]) == (8, 32)
+            x = CUDA.zeros(Float32, 8, 256)
+            x .= CuArray(reshape(Float32.(1:8*256) ./ 2048, 8, 256))  # Julia's write, on its task stream
+            (g,) = Zygote.gradient(p -> sum(abs2, first(model(x, p, st))) / 2, ps)
+            @test g[Symbol("0.weight")] isa CuArray{Float32,2}
+            # torch's own gradient on the same numbers (x read after Julia's write: else these differ).
+            xt = share(x, torch.from_dlpack; order=:reversed)
+            (mlp(xt)^2).sum().div(2).backward()
+            for (k, name) in enumerate(keys(g))
+                want = from_dlpack(CuArray, pylist(mlp.parameters())[k - 1].grad; order=:reversed)
+                @test isapprox(Array(g[name]), Array(want); rtol=1e-4)
+            end
+            f = PyFunction(torch.tanh)
+            (gx,) = Zygote.gradient(z -> sum(f(z)), x)
+            @test gx isa CuArray{Float32,2} && isapprox(Array(gx), 1 .- tanh.(Array(x)) .^ 2; rtol=1e-4)
         end
     end
 end

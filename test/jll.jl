@@ -29,3 +29,17 @@ end
     @test RsDLPack.jll_module() === nothing
     @test RsDLPack.build_from_source(RsDLPack) === false
 end
+
+# docs/src/distribution.md's two lines, as a developer runs them (in this test process's
+# project, and taken out again).
+using Preferences, RsDLPack
+using Preferences: set_preferences!, delete_preferences!  # named too, for fatou
+@testset "the build_from_source preference, set as the docs say" begin
+    set_preferences!(RsDLPack, "build_from_source" => true)   # LocalPreferences.toml of the project
+    try
+        @test RsDLPack.build_from_source(RsDLPack) === true
+    finally
+        delete_preferences!(RsDLPack, "build_from_source"; force=true)
+    end
+    @test RsDLPack.build_from_source(RsDLPack) === false
+end

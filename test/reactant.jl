@@ -96,10 +96,34 @@ double(a) = a .* 2
         x = ConcretePJRTArray(M; client=cpu)
         err = try share(view(x, :, 1:2), np.from_dlpack); nothing catch e; e end
         @test err isa DLPackError && err.kind == :buffer && occursin("a view of a Reactant array", err.message)
+        # A reshape is a Base.ReshapedArray over x, whose pointer Reactant does not give.
+        err = try share(reshape(x, :), np.from_dlpack); nothing catch e; e end
+        @test err isa DLPackError && err.kind == :buffer && occursin("a reshape of a Reactant array", err.message)
         z = ConcretePJRTArray(M; client=cpu)
         Reactant.mark_donated!(z)
         err = try share(z, np.from_dlpack); nothing catch e; e end
         @test err isa DLPackError && err.kind == :buffer && occursin("donated", err.message)
+        @test RsDLPack.rooted_count() == rooted
+    end
+
+    @testset "the non-public Reactant names: all here, or named when one is missing" begin
+        @test isempty(extension.MISSING)
+        @test isempty(extension.missing_names(Reactant, ConcretePJRTArray))
+        # A Reactant without them (a bare module, a struct without the fields): each is named.
+        absent = extension.missing_names(Module(:Reactant), Tuple{Int})
+        @test length(absent) == length(extension.NON_PUBLIC_NAMES) + length(extension.CONCRETE_PJRT_FIELDS)
+        @test "Reactant.XLA.synced_buffer" in absent && "Tuple.donated (a field)" in absent
+        # What share says then, before it roots anything.
+        collect_releases()
+        rooted = RsDLPack.rooted_count()
+        push!(extension.MISSING, "Reactant.XLA.synced_buffer")
+        try
+            err = try share(ConcretePJRTArray(M; client=cpu), np.from_dlpack); nothing catch e; e end
+            @test err isa DLPackError && err.kind == :buffer
+            @test occursin("Reactant.XLA.synced_buffer", err.message) && occursin("Array(x)", err.message)
+        finally
+            empty!(extension.MISSING)
+        end
         @test RsDLPack.rooted_count() == rooted
     end
 

@@ -7,6 +7,7 @@ using Test: @test, @testset, @test_skip
 using RsDLPack
 using PythonCall: Py, pyimport
 using PythonCall: pyconvert, pybuiltins, pyhasattr, PyArray
+using PythonCall: pywith
 using StridedViews: StridedView
 np = pyimport("numpy")
 
@@ -90,6 +91,22 @@ address(x) = pyconvert(UInt, x.ctypes.data)
         scaled(A) = share(2 .* A, torch.from_dlpack)   # A: what juliacall made of the tensor
         S = scaled(pyconvert(Any, t))                  # as juliacall calls it: S is a torch tensor
         @test pyconvert(Bool, torch.equal(S, t.mul(2))) && pyconvert(Bool, pybuiltins.isinstance(S, torch.Tensor))
+
+        # "Run a PyTorch model on Julia arrays"
+        model = torch.nn.Linear(4, 2)                     # any torch.nn.Module that takes (batch, 4)
+        X = rand(Float32, 4, 16)                          # 16 samples of 4 features, as Julia stores them
+        Y = pywith(torch.no_grad()) do _
+            x = share(X, torch.from_dlpack; order=:reversed)          # torch sees (16, 4), X's memory
+            @test pyconvert(Tuple{Int,Int}, x.shape) == (16, 4) && pyconvert(UInt, x.data_ptr()) == UInt(pointer(X))
+            from_dlpack(Matrix{Float32}, model(x); order=:reversed)   # 2×16, the output's memory
+        end
+        weight = pyconvert(Matrix{Float32}, model.weight.detach().numpy())
+        bias = pyconvert(Vector{Float32}, model.bias.detach().numpy())
+        @test Y isa Matrix{Float32} && size(Y) == (2, 16) && Y ≈ weight * X .+ bias
+        # Outside no_grad the output requires grad, which torch's __dlpack__ refuses; detach() exports.
+        err = try from_dlpack(model.weight); nothing catch e; e end
+        @test err isa DLPackError
+        @test from_dlpack(model.weight.detach()) == weight
     end
     N = from_dlpack(pyconvert(Any, a))             # a PyArray (NumPy's array) as from_dlpack's input
     @test pyconvert(Any, a) isa PyArray && size(N) == (3, 4) && UInt(pointer(N)) == address(a)

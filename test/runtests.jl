@@ -20,7 +20,7 @@
 # This file sets up each process and its front-end; the tests are one file per subject, included
 # below: without Python eltypes.jl, abi.jl, package.jl, jll.jl; with NumPy numpy.jl, release.jl,
 # share.jl, strided.jl (StridedViews, a test dependency); jax.jl and torch.jl when those are
-# installed; cuda.jl with a GPU; reactant.jl where Reactant is in the environment.
+# installed; autodiff.jl and lux.jl (Zygote, LuxCore, Optimisers: test dependencies) likewise; cuda.jl with a GPU; reactant.jl where Reactant is in the environment.
 #
 # The README's examples are test/readme_pythoncall.jl, test/readme_pycall.jl and the CUDA part
 # of test/cuda.jl, line for line: test/python/test_readme.py fails when they differ.
@@ -153,6 +153,9 @@ end
 
 include("jax.jl")
 include("torch.jl")
+# Differentiable calls into torch and JAX (PyFunction, torch_layer), when those are installed.
+include("autodiff.jl")
+include("lux.jl")
 
 @testset "$FRONTEND: unsafe_cuda_stream takes the Python int" begin
     # Converted by the front-end's extension, then refused for want of CUDA (not loaded yet in
@@ -166,6 +169,8 @@ FRONTEND == "PythonCall" && include("readme_pythoncall.jl")
 # PythonCall only: its pyconvert rules and wrapper types.
 FRONTEND == "PythonCall" && include("pyconvert.jl")
 FRONTEND == "PyCall" && include("readme_pycall.jl")
+# docs/src/autodiff.md's examples, as the page writes them (PythonCall, as the page does).
+FRONTEND == "PythonCall" && include("autodiff_example.jl")
 
 # test/cuda.jl uses PythonCall, so it runs in that front-end's process. CUDA.jl is a test
 # dependency (Project.toml [extras]): the file always runs, and says so when it skips.

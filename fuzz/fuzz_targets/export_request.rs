@@ -282,7 +282,9 @@ fn model(source: &Source, request: &ExportRequest) -> Result<ExportPlan, ErrorCo
         request.stream,
         StreamRequest::Omitted | StreamRequest::NoSync
     );
-    if kind == DeviceKind::Cpu && !quiet {
+    // A CPU tensor, and a copy to the host (host memory), take no stream.
+    let host_wanted = request.device == Some(Device::CPU);
+    if (kind == DeviceKind::Cpu || host_wanted) && !quiet {
         return Err(ErrorCode::Invalid);
     }
     let memory = match (to_host, request.copy) {

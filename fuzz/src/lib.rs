@@ -133,7 +133,7 @@ pub fn exception_for(py: Python<'_>, code: ErrorCode) -> Bound<'_, PyType> {
     use pyo3::exceptions::*;
     match code {
         ErrorCode::Invalid => py.get_type::<PyValueError>(),
-        ErrorCode::Buffer => py.get_type::<PyBufferError>(),
+        ErrorCode::Buffer | ErrorCode::Declined => py.get_type::<PyBufferError>(),
         ErrorCode::NotDlpack => py.get_type::<PyTypeError>(),
         ErrorCode::Resource => py.get_type::<PyMemoryError>(),
         ErrorCode::Producer

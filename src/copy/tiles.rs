@@ -145,6 +145,48 @@ pub(super) struct Bands {
     direct: bool,
 }
 
+/// Where one band lies (see [`Tiles::copy_band`]): its plane's element (0, 0) in the source
+/// (an offset in elements) and in the output (an index), the panel's columns and the band's
+/// rows, each from and up to.
+struct Band {
+    source_base: isize,
+    out_base: usize,
+    col_begin: usize,
+    col_end: usize,
+    row_start: usize,
+    row_end: usize,
+}
+
+impl Band {
+    /// The block of rows `rows` and columns from `col_start` (a tile's width at most, clipped
+    /// to the panel) of this band's plane in `source`.
+    ///
+    /// # Safety
+    /// `source` must be the tensor's first element's byte, and the block's element (rows.start,
+    /// col_start) one the tensor addresses.
+    #[inline(always)]
+    unsafe fn block<const N: usize>(
+        &self,
+        bands: &Bands,
+        source: *const u8,
+        rows: std::ops::Range<usize>,
+        col_start: usize,
+    ) -> Block {
+        let first = self.source_base
+            + rows.start as isize * bands.row_stride
+            + col_start as isize * bands.col_stride;
+        Block {
+            // SAFETY: element (rows.start, col_start) of the plane, which the tensor addresses
+            // (function contract).
+            first: unsafe { source.offset(first * N as isize) },
+            row_stride: bands.row_stride * N as isize,
+            col_stride: bands.col_stride,
+            height: rows.len(),
+            width: bands.tile_cols.min(self.col_end - col_start),
+        }
+    }
+}
+
 impl Bands {
     /// The rows band `band` of each panel covers, from and up to.
     pub(super) fn rows_of(&self, band: usize) -> (usize, usize) {
@@ -206,7 +248,8 @@ impl Tiles<'_> {
     /// column receives a `tile_rows`-element piece. (Walking a column strip down all rows
     /// instead reads a few lines per row, each a fresh cache miss.) A staged band reads
     /// [`READ_ROWS`] of its rows at a time across the panel into `staging`, then writes each
-    /// column from there; others go tile by tile through a local tile.
+    /// column from there ([`Tiles::copy_staged_band`]); others go tile by tile through a local
+    /// tile ([`Tiles::copy_tiled_band`]).
     ///
     /// # Safety
     /// As [`StridedCopy::copy`], `out` being the output's first byte; no other task may write
@@ -220,90 +263,121 @@ impl Tiles<'_> {
         out: *mut u8,
         staging: Option<&mut [MaybeUninit<Line>]>,
     ) {
-        let (panel, band) = (task / bands.per_plane, task % bands.per_plane);
-        let (plane, panel) = (panel / bands.panels, panel % bands.panels);
-        let (source_base, out_base) = self.plane_start(plane);
-        let (col_begin, col_end) = (
-            panel * bands.panel_cols,
-            ((panel + 1) * bands.panel_cols).min(bands.cols),
-        );
-        let (row_start, row_end) = bands.rows_of(band);
-        let height = row_end - row_start;
-        // The block of rows `rows` and columns from `col_start` (a tile's width at most).
-        let block = |rows: std::ops::Range<usize>, col_start: usize| {
-            let first = source_base + rows.start as isize * bands.row_stride;
-            let first = first + col_start as isize * bands.col_stride;
-            Block {
-                // SAFETY: element (rows.start, col_start) of the plane, which the tensor
-                // addresses (function contract).
-                first: unsafe { source.offset(first * N as isize) },
-                row_stride: bands.row_stride * N as isize,
-                col_stride: bands.col_stride,
-                height: rows.len(),
-                width: bands.tile_cols.min(col_end - col_start),
-            }
-        };
-        if let Some(staging) = staging.filter(|_| bands.staged) {
-            let staging = staging.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
-            for sub_start in (row_start..row_end).step_by(READ_ROWS) {
-                let sub_end = (sub_start + READ_ROWS).min(row_end);
-                for col_start in (col_begin..col_end).step_by(bands.tile_cols) {
-                    let at = (col_start - col_begin) * bands.tile_rows + (sub_start - row_start);
-                    // SAFETY: the block's elements are elements the tensor addresses; its
-                    // transpose lands in columns `col_start - col_begin..` of the band buffer,
-                    // rows `sub_start - row_start..`, inside it: the buffer holds `tile_rows`
-                    // × `panel_cols` elements (caller's contract).
-                    unsafe {
-                        block(sub_start..sub_end, col_start)
-                            .transpose_into::<N>(staging.add(at), bands.tile_rows)
-                    };
-                }
-            }
-            for col in col_begin..col_end {
-                let out_first = out_base + col * self.out_stride_t + row_start;
-                // SAFETY: band buffer column `col - col_begin` holds the band's `height`
-                // elements, written just above; the output column piece is a run of dim 0 in
-                // this plane, inside `out`, written by this task alone.
-                unsafe {
-                    write_run(
-                        out.add(out_first * N),
-                        staging
-                            .add((col - col_begin) * bands.tile_rows)
-                            .cast::<u8>(),
-                        height * N,
-                        bands.stream,
-                    )
-                };
-            }
-        } else {
-            // The tile goes through a small local buffer, column-major: rows are read along
-            // the source's fast dimension and columns written along the output's, each in
-            // pieces of whole cache lines. Keeping a tile in cache instead fails for
-            // power-of-two row strides, whose rows all fall into the same few cache sets.
-            // Uninitialised: only the entries written by `Block::transpose_into` are read.
-            let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
-            let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
-            for col_start in (col_begin..col_end).step_by(bands.tile_cols) {
-                // Output element of the block's (0, 0); its column `j` starts
-                // `j * out_stride_t` further.
-                let out_first = out_base + col_start * self.out_stride_t + row_start;
-                // SAFETY: the block's elements are elements the tensor addresses; its output
-                // columns are runs of dim 0 in this plane, inside `out`, written by this task
-                // alone (planes, panels and row bands partition the output).
-                unsafe {
-                    self.write_block::<N>(
-                        bands,
-                        &block(row_start..row_end, col_start),
-                        tile,
-                        out.add(out_first * N),
-                    )
-                };
-            }
+        let band = self.band(bands, task);
+        match staging.filter(|_| bands.staged) {
+            // SAFETY: forwarded (this function's contract); the buffer is one for these bands.
+            Some(staging) => unsafe {
+                self.copy_staged_band::<N>(bands, &band, source, out, staging)
+            },
+            // SAFETY: forwarded (this function's contract).
+            None => unsafe { self.copy_tiled_band::<N>(bands, &band, source, out) },
         }
         if bands.stream {
             // Non-temporal stores are weakly ordered: make them visible before the task
             // counts as done (and the buffer may be read, here or on another thread).
             store_fence();
+        }
+    }
+
+    /// Where band `task` lies: its plane's start, its panel's columns and its rows.
+    #[inline(always)]
+    fn band(&self, bands: &Bands, task: usize) -> Band {
+        let (panel, band) = (task / bands.per_plane, task % bands.per_plane);
+        let (plane, panel) = (panel / bands.panels, panel % bands.panels);
+        let (source_base, out_base) = self.plane_start(plane);
+        let (row_start, row_end) = bands.rows_of(band);
+        Band {
+            source_base,
+            out_base,
+            col_begin: panel * bands.panel_cols,
+            col_end: ((panel + 1) * bands.panel_cols).min(bands.cols),
+            row_start,
+            row_end,
+        }
+    }
+
+    /// A staged band: [`READ_ROWS`] rows at a time across the panel, each block transposed into
+    /// the band buffer `staging`, then every output column piece written from it in one run.
+    ///
+    /// # Safety
+    /// As [`Tiles::copy_band`], `staging` being a buffer from [`band_buffer`] for `bands`.
+    #[inline(always)]
+    unsafe fn copy_staged_band<const N: usize>(
+        &self,
+        bands: &Bands,
+        band: &Band,
+        source: *const u8,
+        out: *mut u8,
+        staging: &mut [MaybeUninit<Line>],
+    ) {
+        let staging = staging.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
+        let (col_begin, row_start) = (band.col_begin, band.row_start);
+        for sub_start in (row_start..band.row_end).step_by(READ_ROWS) {
+            let sub_end = (sub_start + READ_ROWS).min(band.row_end);
+            for col_start in (col_begin..band.col_end).step_by(bands.tile_cols) {
+                let at = (col_start - col_begin) * bands.tile_rows + (sub_start - row_start);
+                // SAFETY: the block's elements are elements the tensor addresses (function
+                // contract); its transpose lands in columns `col_start - col_begin..` of the
+                // band buffer, rows `sub_start - row_start..`, inside it: the buffer holds
+                // `tile_rows` × `panel_cols` elements (function contract).
+                unsafe {
+                    band.block::<N>(bands, source, sub_start..sub_end, col_start)
+                        .transpose_into::<N>(staging.add(at), bands.tile_rows)
+                };
+            }
+        }
+        for col in col_begin..band.col_end {
+            let out_first = band.out_base + col * self.out_stride_t + row_start;
+            // SAFETY: band buffer column `col - col_begin` holds the band's `height` elements,
+            // written just above; the output column piece is a run of dim 0 in this plane,
+            // inside `out`, written by this task alone.
+            unsafe {
+                write_run(
+                    out.add(out_first * N),
+                    staging
+                        .add((col - col_begin) * bands.tile_rows)
+                        .cast::<u8>(),
+                    (band.row_end - row_start) * N,
+                    bands.stream,
+                )
+            };
+        }
+    }
+
+    /// A band tile by tile: each block of the band's rows and a tile's columns through a small
+    /// local buffer, column-major, rows read along the source's fast dimension and columns
+    /// written along the output's, each in pieces of whole cache lines. Keeping a tile in
+    /// cache instead fails for power-of-two row strides, whose rows all fall into the same few
+    /// cache sets.
+    ///
+    /// # Safety
+    /// As [`Tiles::copy_band`].
+    #[inline(always)]
+    unsafe fn copy_tiled_band<const N: usize>(
+        &self,
+        bands: &Bands,
+        band: &Band,
+        source: *const u8,
+        out: *mut u8,
+    ) {
+        // Uninitialised: only the entries written by `Block::transpose_into` are read.
+        let mut tile = TileBuffer([MaybeUninit::uninit(); TILE_BYTES]);
+        let tile = tile.0.as_mut_ptr().cast::<MaybeUninit<[u8; N]>>();
+        for col_start in (band.col_begin..band.col_end).step_by(bands.tile_cols) {
+            // Output element of the block's (0, 0); its column `j` starts `j * out_stride_t`
+            // further.
+            let out_first = band.out_base + col_start * self.out_stride_t + band.row_start;
+            // SAFETY: the block's elements are elements the tensor addresses; its output
+            // columns are runs of dim 0 in this plane, inside `out`, written by this task alone
+            // (planes, panels and row bands partition the output).
+            unsafe {
+                self.write_block::<N>(
+                    bands,
+                    &band.block::<N>(bands, source, band.row_start..band.row_end, col_start),
+                    tile,
+                    out.add(out_first * N),
+                )
+            };
         }
     }
 

@@ -23,8 +23,11 @@ use cudarc::driver::sys;
 /// A context, retained when it is a primary one (see the module docs).
 pub struct HeldContext {
     context: sys::CUcontext,
-    /// The device whose primary context `context` is, retained by us; `None` for a user context.
-    retained_primary_of: Option<sys::CUdevice>,
+    /// The device the context belongs to.
+    device: sys::CUdevice,
+    /// Whether `context` is `device`'s primary context, retained by us (`false`: a user or
+    /// green context).
+    retained_primary: bool,
 }
 
 // SAFETY: a `CUcontext` is a process-wide driver handle that any thread may push; the retain
@@ -38,7 +41,8 @@ impl std::fmt::Debug for HeldContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeldContext")
             .field("context", &(self.context as usize))
-            .field("retained_primary_of", &self.retained_primary_of)
+            .field("device", &self.device)
+            .field("retained_primary", &self.retained_primary)
             .finish()
     }
 }
@@ -55,7 +59,8 @@ impl HeldContext {
             .map_err(|e| super::driver_error("cuDevicePrimaryCtxRetain", e, String::new()))?;
         Ok(Self {
             context,
-            retained_primary_of: Some(device),
+            device,
+            retained_primary: true,
         })
     }
 
@@ -89,7 +94,10 @@ impl HeldContext {
         unsafe { Self::holding(context) }.map(Some)
     }
 
-    /// Holds `context`, retaining it when it is its device's primary context.
+    /// Holds `context`, retaining it when it is its device's primary context. Whether it is
+    /// primary is asked without retaining anything first where the device's primary context is
+    /// inactive (then it is not this live one): retaining it there would initialise a primary
+    /// context (device memory, a long wait) only to tear it down again.
     ///
     /// # Safety
     /// `context` must be live.
@@ -103,63 +111,59 @@ impl HeldContext {
             call(status, "cuCtxGetDevice")?;
             device
         };
+        let (mut flags, mut active) = (0u32, 0i32);
+        // SAFETY: a valid device handle and out-pointers; the query retains nothing.
+        let status = unsafe { sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) };
+        call(status, "cuDevicePrimaryCtxGetState")?;
+        let not_primary = Self {
+            context,
+            device,
+            retained_primary: false,
+        };
+        if !may_be_primary(active != 0) {
+            return Ok(not_primary);
+        }
         // SAFETY: a valid device handle; the retain is kept (a primary context) or undone now.
         let primary = unsafe { cudarc::driver::result::primary_ctx::retain(device) }
             .map_err(|e| super::driver_error("cuDevicePrimaryCtxRetain", e, String::new()))?;
         if is_primary(context, primary) {
             Ok(Self {
-                context,
-                retained_primary_of: Some(device),
+                retained_primary: true,
+                ..not_primary
             })
         } else {
             // SAFETY: undoes the retain just made.
             let _ = unsafe { cudarc::driver::result::primary_ctx::release(device) };
-            Ok(Self {
-                context,
-                retained_primary_of: None,
-            })
+            Ok(not_primary)
         }
     }
 
-    /// Another hold on the same context (a second retain of a primary one).
-    pub fn duplicate(&self) -> Result<Self> {
-        match self.retained_primary_of {
-            Some(device) => {
-                let _relaxed = RelaxedCapture::enter();
-                // SAFETY: a valid device handle; released in the new hold's Drop.
-                unsafe { cudarc::driver::result::primary_ctx::retain(device) }.map_err(|e| {
-                    super::driver_error("cuDevicePrimaryCtxRetain", e, String::new())
-                })?;
-                Ok(Self {
-                    context: self.context,
-                    retained_primary_of: Some(device),
-                })
-            }
-            None => Ok(Self {
-                context: self.context,
-                retained_primary_of: None,
-            }),
-        }
+    /// The device the context belongs to (its ordinal: the driver's device handles are the
+    /// ordinals `cuDeviceGet` maps them from).
+    pub fn device(&self) -> i32 {
+        self.device
     }
 
-    /// Whether this is a primary context that the hold retains.
-    pub fn is_retained_primary(&self) -> bool {
-        self.retained_primary_of.is_some()
+    /// The raw context, to tell two holds apart (a fence's events are keyed by it).
+    pub fn raw(&self) -> usize {
+        self.context as usize
     }
 
-    /// The context, made current on this thread (and captures relaxed) until the guard drops.
-    pub(crate) fn enter(&self) -> Result<Current> {
-        // SAFETY: held (retained, or kept alive by its creator: see the module docs).
+    /// The context, made current on this thread (and captures relaxed) until the guard drops,
+    /// which cannot outlive the hold.
+    pub(crate) fn enter(&self) -> Result<Current<'_>> {
+        // SAFETY: held (retained, or kept alive by its creator: see the module docs) for as
+        // long as the guard borrows it.
         unsafe { Current::push(self.context) }
     }
 }
 
 impl Drop for HeldContext {
     fn drop(&mut self) {
-        if let Some(device) = self.retained_primary_of {
+        if self.retained_primary {
             let _relaxed = RelaxedCapture::enter();
             // SAFETY: releases our retain, once; errors are ignored (Drop never panics).
-            let _ = unsafe { cudarc::driver::result::primary_ctx::release(device) };
+            let _ = unsafe { cudarc::driver::result::primary_ctx::release(self.device) };
         }
     }
 }
@@ -170,25 +174,38 @@ fn is_primary(context: sys::CUcontext, primary: sys::CUcontext) -> bool {
     context == primary
 }
 
-/// A context pushed on this thread's stack, popped on drop (on the same thread), with the
-/// thread's capture mode relaxed meanwhile.
-pub(crate) struct Current {
-    _relaxed: RelaxedCapture,
+/// Whether a live context of a device may be its primary context, given whether that primary
+/// context is active (`cuDevicePrimaryCtxGetState`): a live primary context is an active one,
+/// so where it is inactive the context is a user or green context, and nothing is retained to
+/// compare.
+fn may_be_primary(primary_active: bool) -> bool {
+    primary_active
 }
 
-impl Current {
+/// A context pushed on this thread's stack, popped on drop (on the same thread), with the
+/// thread's capture mode relaxed meanwhile. It borrows what keeps the context alive (a
+/// [`HeldContext`]: [`HeldContext::enter`]), so it cannot outlive that hold.
+pub(crate) struct Current<'a> {
+    _relaxed: RelaxedCapture,
+    _held: std::marker::PhantomData<&'a HeldContext>,
+}
+
+impl Current<'_> {
     /// # Safety
-    /// `context` must be live.
+    /// `context` must be live for as long as the guard is.
     unsafe fn push(context: sys::CUcontext) -> Result<Self> {
         let relaxed = RelaxedCapture::enter();
         // SAFETY: live (contract); popped in Drop.
         let status = unsafe { sys::cuCtxPushCurrent_v2(context) };
         call(status, "cuCtxPushCurrent")?;
-        Ok(Self { _relaxed: relaxed })
+        Ok(Self {
+            _relaxed: relaxed,
+            _held: std::marker::PhantomData,
+        })
     }
 }
 
-impl Drop for Current {
+impl Drop for Current<'_> {
     fn drop(&mut self) {
         let mut popped: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: pops what `push` pushed on this thread; errors are ignored (Drop never panics).
@@ -232,18 +249,82 @@ impl Drop for RelaxedCapture {
     }
 }
 
-/// Whether the work on `stream` is being captured into a graph (an active or an invalidated
-/// capture) rather than run: an event recorded there would become a graph node.
+/// A stream's part in graph captures, as the driver answers (`cuStreamGetCaptureInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// Its work runs.
+    Idle,
+    /// Its work is being captured into a graph: `Some(id)` for an active capture (the id is
+    /// unique over the process's life), `None` for an invalidated one (still to be ended).
+    Capturing(Option<u64>),
+    /// The legacy default stream while a blocking stream of its context captures (CUDA.jl's
+    /// task streams are blocking): "in an unusable state" until that capture ends; anything
+    /// recorded, waited for or synchronised there would join the capture.
+    Implicit,
+}
+
+impl Capture {
+    /// Whether work or waits put on the stream now would not simply run.
+    pub fn is_capturing(self) -> bool {
+        self != Self::Idle
+    }
+}
+
+/// The stream's [`Capture`] state.
 ///
 /// # Safety
 /// `stream` must be 1, 2 or a live `CUstream`; a context must be current (for 1 and 2, the one
 /// they alias).
-pub(crate) unsafe fn is_capturing(stream: usize) -> Result<bool> {
+pub(crate) unsafe fn capture_of(stream: usize) -> Result<Capture> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: out-pointer valid; `stream` is live (contract).
-    let result = unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut status) };
-    call(result, "cuStreamIsCapturing")?;
-    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    let mut id: sys::cuuint64_t = 0;
+    // SAFETY: out-pointers valid (the three optional ones null, as the documentation allows);
+    // `stream` is live (contract).
+    let result = unsafe {
+        sys::cuStreamGetCaptureInfo_v2(
+            stream as sys::CUstream,
+            &mut status,
+            &mut id,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    match capture_answer(result, status, id) {
+        Some(capture) => Ok(capture),
+        None => call(result, "cuStreamGetCaptureInfo").map(|()| Capture::Idle),
+    }
+}
+
+/// Whether the work on `stream` is being captured into a graph (an active or an invalidated
+/// capture, or implicitly: [`Capture`]) rather than run: an event recorded there would become
+/// a graph node, and a wait or a synchronisation there would join or break the capture.
+///
+/// # Safety
+/// As [`capture_of`].
+pub(crate) unsafe fn is_capturing(stream: usize) -> Result<bool> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { capture_of(stream) }.map(Capture::is_capturing)
+}
+
+/// What `cuStreamGetCaptureInfo` answered: the [`Capture`], or `None` for a failed call.
+/// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` is an answer, not a failure: it is what the legacy
+/// default stream says while a blocking stream of its context captures (the driver's
+/// `cuStreamIsCapturing` and `cuStreamGetCaptureInfo` documentation).
+pub(crate) fn capture_answer(
+    result: sys::CUresult,
+    status: sys::CUstreamCaptureStatus,
+    id: u64,
+) -> Option<Capture> {
+    use sys::CUresult as R;
+    use sys::CUstreamCaptureStatus as S;
+    match (result, status) {
+        (R::CUDA_SUCCESS, S::CU_STREAM_CAPTURE_STATUS_NONE) => Some(Capture::Idle),
+        (R::CUDA_SUCCESS, S::CU_STREAM_CAPTURE_STATUS_ACTIVE) => Some(Capture::Capturing(Some(id))),
+        (R::CUDA_SUCCESS, _) => Some(Capture::Capturing(None)),
+        (R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, _) => Some(Capture::Implicit),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -256,6 +337,40 @@ mod tests {
         let b = 0x2000 as sys::CUcontext;
         assert!(is_primary(a, a));
         assert!(!is_primary(a, b));
+        assert!(
+            !may_be_primary(false),
+            "an inactive primary context is not retained to be compared"
+        );
+        assert!(may_be_primary(true));
+    }
+
+    #[test]
+    fn an_implicit_capture_of_the_legacy_stream_counts_as_capturing() {
+        use sys::CUresult as R;
+        use sys::CUstreamCaptureStatus as S;
+        let none = S::CU_STREAM_CAPTURE_STATUS_NONE;
+        assert_eq!(
+            capture_answer(R::CUDA_SUCCESS, none, 7),
+            Some(Capture::Idle)
+        );
+        assert_eq!(
+            capture_answer(R::CUDA_SUCCESS, S::CU_STREAM_CAPTURE_STATUS_ACTIVE, 7),
+            Some(Capture::Capturing(Some(7)))
+        );
+        assert_eq!(
+            capture_answer(R::CUDA_SUCCESS, S::CU_STREAM_CAPTURE_STATUS_INVALIDATED, 7),
+            Some(Capture::Capturing(None)),
+            "an invalidated capture's id means nothing"
+        );
+        let implicit = capture_answer(R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, none, 0);
+        assert_eq!(
+            implicit,
+            Some(Capture::Implicit),
+            "a blocking stream captures: the legacy stream is unusable, not broken"
+        );
+        assert!(implicit.unwrap().is_capturing());
+        assert!(!Capture::Idle.is_capturing());
+        assert_eq!(capture_answer(R::CUDA_ERROR_INVALID_HANDLE, none, 0), None);
     }
 
     #[test]

@@ -20,6 +20,14 @@
 //! Where no event can be recorded (the driver refuses the stream, its context is unknown) the
 //! fence falls back to the conservative wait: the whole context of the memory's device is
 //! synchronised before the deleter runs. Slower, still ordered; the failure is reported.
+//! Synchronising a context while any of its streams is being captured is invalid (and breaks
+//! that capture), so the fallback is never complete by itself: only an explicit wait makes it,
+//! not while a blocking stream of the context captures ([`ReleaseFence::can_wait`]), and a
+//! synchronisation a capture refuses leaves the fence pending, never the deleter run
+//! unordered ([`sync_outcome`]).
+//!
+//! Two streams are one when they are the same stream of the same context ([`fence_key`]): the
+//! legacy default streams of two contexts are two streams.
 
 use super::call;
 use super::context::{HeldContext, is_capturing};
@@ -55,14 +63,24 @@ pub enum ContextChoice {
     OfStream,
     /// The context current when the alias was named.
     NamedWithAlias,
-    /// An alias named with no context current: the primary context of the memory's device.
+    /// An alias named with no context of the memory's device current: the primary context of
+    /// that device.
     PrimaryOfMemoryDevice,
 }
 
-/// See [`ContextChoice`].
-pub fn context_choice(handle: usize, alias_had_context: bool) -> ContextChoice {
+/// See [`ContextChoice`]. `alias_device`: the device of the context current when an alias (1,
+/// 2) was named, if one was. A DLPack stream is a stream of the tensor's device, so an alias
+/// named while another device's context was current means the memory device's stream, not
+/// that device's: its primary context stands in.
+pub fn context_choice(
+    handle: usize,
+    alias_device: Option<i32>,
+    memory_device: i32,
+) -> ContextChoice {
     match handle {
-        LEGACY_DEFAULT | PER_THREAD_DEFAULT if alias_had_context => ContextChoice::NamedWithAlias,
+        LEGACY_DEFAULT | PER_THREAD_DEFAULT if alias_device == Some(memory_device) => {
+            ContextChoice::NamedWithAlias
+        }
         LEGACY_DEFAULT | PER_THREAD_DEFAULT => ContextChoice::PrimaryOfMemoryDevice,
         _ => ContextChoice::OfStream,
     }
@@ -77,6 +95,44 @@ pub fn recorded_stream(handle: usize) -> usize {
     match handle {
         PER_THREAD_DEFAULT => LEGACY_DEFAULT,
         other => other,
+    }
+}
+
+/// What makes two of a fence's streams one: the context its event lives in and the stream it
+/// is recorded on. The aliases name a different stream in each context (the legacy default
+/// stream of two contexts are two streams), so the handle alone is not enough.
+pub fn fence_key(context: usize, handle: usize) -> (usize, usize) {
+    (context, recorded_stream(handle))
+}
+
+/// What a context synchronisation's status says (the conservative fallback's wait).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// The context's work is done: the deleter may run.
+    Done,
+    /// A stream of the context is being captured into a graph, so the synchronisation was
+    /// refused (and the capture perhaps broken): nothing is known to be done, the release stays
+    /// pending.
+    Capturing,
+    /// Another failure, for good: reported, and the deleter runs (a retry would fail alike).
+    Failed,
+}
+
+/// See [`SyncOutcome`].
+pub fn sync_outcome(status: sys::CUresult) -> SyncOutcome {
+    use sys::CUresult as R;
+    match status {
+        R::CUDA_SUCCESS => SyncOutcome::Done,
+        R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+        | R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        | R::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+        | R::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED
+        | R::CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+        | R::CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+        | R::CUDA_ERROR_STREAM_CAPTURE_MERGE
+        | R::CUDA_ERROR_CAPTURED_EVENT => SyncOutcome::Capturing,
+        _ => SyncOutcome::Failed,
     }
 }
 
@@ -111,10 +167,10 @@ impl ReleaseFence {
         }
     }
 
-    /// Records an event on each of `streams` (a stream named twice once). `memory_device` is the
-    /// device whose primary context stands in where a stream's context is unknown, and which the
-    /// fallback synchronises. Returns the fence, holding every event that could be recorded (and
-    /// the fallback where one could not), with the first failure.
+    /// Records an event on each of `streams` (a stream named twice once: [`fence_key`]).
+    /// `memory_device` is the device whose primary context stands in where a stream's context
+    /// is unknown, and which the fallback synchronises. Returns the fence, holding every event
+    /// that could be recorded (and the fallback where one could not), with the first failure.
     ///
     /// # Safety
     /// Every handle must be 1, 2 or a live `CUstream`: the driver dereferences it and does not
@@ -125,16 +181,22 @@ impl ReleaseFence {
         RECORDS_TRIED_HERE.set(RECORDS_TRIED_HERE.get() + 1);
         let mut fence = Self::none();
         let mut outcome = Ok(());
-        let mut seen: Vec<usize> = Vec::with_capacity(streams.len());
+        let mut seen: Vec<(usize, usize)> = Vec::with_capacity(streams.len());
         for stream in streams {
-            let recorded = recorded_stream(stream.handle);
-            if seen.contains(&recorded) {
-                continue;
-            }
-            seen.push(recorded);
+            let handle = stream.handle;
             // SAFETY: a stream of this function's contract.
-            match unsafe { fence_event(memory_device, stream) } {
-                Ok(event) => fence.events.push(event),
+            let event = unsafe { event_context(memory_device, stream) }.and_then(|context| {
+                let key = fence_key(context.raw(), handle);
+                if seen.contains(&key) {
+                    return Ok(None);
+                }
+                seen.push(key);
+                // SAFETY: as above; `context` is the stream's.
+                unsafe { fence_event(context, recorded_stream(handle)) }.map(Some)
+            });
+            match event {
+                Ok(Some(event)) => fence.events.push(event),
+                Ok(None) => {}
                 Err(error) => {
                     if fence.fallback.is_none() {
                         fence.fallback = HeldContext::primary(memory_device).ok();
@@ -161,6 +223,12 @@ impl ReleaseFence {
         }
     }
 
+    /// How many events the fence holds (for tests: one per stream of each context).
+    #[cfg(test)]
+    pub(crate) fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
     /// Whether this fence waits by synchronising a whole context (the fallback).
     pub fn is_conservative(&self) -> bool {
         self.fallback.is_some()
@@ -169,6 +237,12 @@ impl ReleaseFence {
     /// Whether this fence waits for anything (no driver, or nothing recorded: it does not).
     pub fn orders_anything(&self) -> bool {
         !self.events.is_empty() || self.fallback.is_some()
+    }
+
+    /// Whether every wait is done: no event deferred by a capture, no context left to
+    /// synchronise. Only then may the deleter run after [`Self::wait`].
+    pub fn is_settled(&self) -> bool {
+        self.fallback.is_none() && self.events.iter().all(|e| e.awaiting_capture.is_none())
     }
 
     /// Whether the consumer's work is known to be complete, so the deleter may run without a
@@ -194,8 +268,18 @@ impl ReleaseFence {
     }
 
     /// Whether [`Self::wait`] would finish by itself: false while a stream is being captured
-    /// (the capture ends only when its owner ends it, perhaps on this very thread).
+    /// (the capture ends only when its owner ends it, perhaps on this very thread), and, for the
+    /// fallback, while a blocking stream of its context captures (the legacy default stream
+    /// answers `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`): synchronising the context would break
+    /// that capture. A capture on a non-blocking stream cannot be seen from here; the
+    /// synchronisation then fails, and the release stays pending ([`SyncOutcome::Capturing`]).
     pub fn can_wait(&mut self) -> bool {
+        self.all_recorded() && !self.fallback.as_ref().is_some_and(fallback_blocked)
+    }
+
+    /// Whether every event is recorded (those a capture deferred are recorded here once it has
+    /// ended): the streams are not needed any more.
+    pub fn all_recorded(&mut self) -> bool {
         self.events.iter_mut().all(|event| {
             // SAFETY: as in `is_complete`.
             unsafe { event.record_if_capture_ended() }
@@ -204,10 +288,12 @@ impl ReleaseFence {
 
     /// Blocks the calling thread until every event has completed (each was created with
     /// `CU_EVENT_BLOCKING_SYNC`, so the thread sleeps rather than spins) or the fallback's
-    /// context is synchronised, then destroys the events. Returns the first failure; everything
-    /// is waited for regardless. An event whose stream is still being captured cannot be waited
-    /// for: that is [`Error::ReleaseDuringCapture`] (ask [`Self::can_wait`] first).
-    pub fn wait(mut self) -> Result<()> {
+    /// context is synchronised. Returns the first failure; everything that can be waited for is
+    /// waited for regardless. What a capture keeps from being waited for (an event whose
+    /// stream is still being captured, a context one of whose streams captures) stays, and the
+    /// fence is then not [`Self::is_settled`]: that is [`Error::ReleaseDuringCapture`] (ask
+    /// [`Self::can_wait`] first).
+    pub fn wait(&mut self) -> Result<()> {
         let mut outcome = Ok(());
         if !self.can_wait() {
             outcome = Err(Error::ReleaseDuringCapture);
@@ -223,14 +309,31 @@ impl ReleaseFence {
             });
             outcome = outcome.and(waited);
         }
-        if let Some(context) = self.fallback.take() {
-            let synchronised = context.enter().and_then(|_current| {
+        if let Some(context) = self.fallback.as_ref().filter(|c| !fallback_blocked(c)) {
+            let status = context.enter().map(|_current| {
                 // SAFETY: a context is current; this waits for its work only.
-                call(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+                unsafe { sys::cuCtxSynchronize() }
             });
-            outcome = outcome.and(synchronised);
+            match status.map(|status| (sync_outcome(status), status)) {
+                Ok((SyncOutcome::Done, _)) => self.fallback = None,
+                Ok((SyncOutcome::Capturing, _)) => {
+                    outcome = outcome.and(Err(Error::ReleaseDuringCapture));
+                }
+                Ok((SyncOutcome::Failed, status)) => {
+                    self.fallback = None;
+                    outcome = outcome.and(call(status, "cuCtxSynchronize"));
+                }
+                Err(error) => {
+                    self.fallback = None;
+                    outcome = outcome.and(Err(error));
+                }
+            }
         }
-        outcome.and(self.destroy())
+        if self.is_settled() {
+            outcome.and(self.destroy())
+        } else {
+            outcome
+        }
     }
 
     /// Destroys the events (each with its context current); returns the first failure.
@@ -254,6 +357,17 @@ impl Drop for ReleaseFence {
         // Errors are ignored: Drop never panics and has no caller to tell.
         let _ = self.destroy();
     }
+}
+
+/// Whether synchronising `context` now would break a graph capture that can be seen: a
+/// blocking stream of it capturing (its legacy default stream says so). A failed query is no
+/// such sign (the synchronisation reports what is wrong).
+fn fallback_blocked(context: &HeldContext) -> bool {
+    let Ok(_current) = context.enter() else {
+        return false;
+    };
+    // SAFETY: the legacy default stream of the context just made current.
+    matches!(unsafe { is_capturing(LEGACY_DEFAULT) }, Ok(true))
 }
 
 impl FenceEvent {
@@ -296,23 +410,34 @@ fn is_still_running(status: sys::CUresult) -> bool {
             | R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
             | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
             | R::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+            | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
     )
 }
 
-/// Creates an event in `stream`'s context (see [`context_choice`]) and records it there, or
-/// defers the record while the stream is being captured.
+/// The context `stream`'s event lives in (see [`context_choice`]).
 ///
 /// # Safety
 /// `stream.handle` must be 1, 2 or a live `CUstream`.
-unsafe fn fence_event(memory_device: i32, stream: FenceStream) -> Result<FenceEvent> {
-    let choice = context_choice(stream.handle, stream.alias_context.is_some());
-    let context = match (choice, stream.alias_context) {
+unsafe fn event_context(memory_device: i32, stream: FenceStream) -> Result<HeldContext> {
+    let alias_device = stream.alias_context.as_ref().map(HeldContext::device);
+    match (
+        context_choice(stream.handle, alias_device, memory_device),
+        stream.alias_context,
+    ) {
         // SAFETY: a live stream (contract).
-        (ContextChoice::OfStream, _) => unsafe { HeldContext::of_stream(stream.handle) }?,
-        (ContextChoice::NamedWithAlias, Some(context)) => context,
-        _ => HeldContext::primary(memory_device)?,
-    };
-    let handle = recorded_stream(stream.handle);
+        (ContextChoice::OfStream, _) => unsafe { HeldContext::of_stream(stream.handle) },
+        (ContextChoice::NamedWithAlias, Some(context)) => Ok(context),
+        _ => HeldContext::primary(memory_device),
+    }
+}
+
+/// Creates an event in `context` (`handle`'s) and records it on `handle`, or defers the record
+/// while the stream is being captured (for the legacy default stream: while a blocking stream
+/// of its context is, see [`super::context::capture_answer`]).
+///
+/// # Safety
+/// `handle` must be 1 or a live `CUstream` of `context`.
+unsafe fn fence_event(context: HeldContext, handle: usize) -> Result<FenceEvent> {
     let current = context.enter()?;
     let mut event: sys::CUevent = std::ptr::null_mut();
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
@@ -331,18 +456,18 @@ unsafe fn fence_event(memory_device: i32, stream: FenceStream) -> Result<FenceEv
         }
         Err(error) => Err(error),
     };
+    drop(current);
     match recorded {
-        Ok(awaiting_capture) => {
-            drop(current);
-            Ok(FenceEvent {
-                context,
-                event,
-                awaiting_capture,
-            })
-        }
+        Ok(awaiting_capture) => Ok(FenceEvent {
+            context,
+            event,
+            awaiting_capture,
+        }),
         Err(error) => {
-            // SAFETY: our event, recorded nowhere, destroyed once; its context is current.
-            let _ = unsafe { sys::cuEventDestroy_v2(event) };
+            if let Ok(_current) = context.enter() {
+                // SAFETY: our event, recorded nowhere, destroyed once; its context is current.
+                let _ = unsafe { sys::cuEventDestroy_v2(event) };
+            }
             Err(error)
         }
     }
@@ -354,17 +479,25 @@ mod tests {
 
     #[test]
     fn events_live_in_the_streams_context_or_the_one_its_alias_meant() {
-        assert_eq!(context_choice(0x7f00, false), ContextChoice::OfStream);
+        assert_eq!(context_choice(0x7f00, None, 0), ContextChoice::OfStream);
         assert_eq!(
-            context_choice(0x7f00, true),
+            context_choice(0x7f00, Some(0), 0),
             ContextChoice::OfStream,
             "a handle names its own context"
         );
         for alias in [1, 2] {
-            assert_eq!(context_choice(alias, true), ContextChoice::NamedWithAlias);
             assert_eq!(
-                context_choice(alias, false),
+                context_choice(alias, Some(1), 1),
+                ContextChoice::NamedWithAlias
+            );
+            assert_eq!(
+                context_choice(alias, None, 0),
                 ContextChoice::PrimaryOfMemoryDevice
+            );
+            assert_eq!(
+                context_choice(alias, Some(0), 1),
+                ContextChoice::PrimaryOfMemoryDevice,
+                "an alias named in another device's context means the memory device's stream"
             );
         }
         assert_eq!(recorded_stream(2), 1);
@@ -373,11 +506,47 @@ mod tests {
     }
 
     #[test]
+    fn one_event_per_stream_of_each_context() {
+        let (a, b) = (0xa000, 0xb000);
+        assert_eq!(
+            fence_key(a, 1),
+            fence_key(a, 2),
+            "the per-thread stream is recorded as the legacy one"
+        );
+        assert_ne!(
+            fence_key(a, 1),
+            fence_key(b, 1),
+            "the legacy streams of two contexts are two streams"
+        );
+        assert_eq!(fence_key(a, 0x7f00), fence_key(a, 0x7f00));
+        assert_ne!(fence_key(a, 0x7f00), fence_key(a, 1));
+    }
+
+    #[test]
+    fn a_context_sync_refused_by_a_capture_leaves_the_release_pending() {
+        use sys::CUresult as R;
+        assert_eq!(sync_outcome(R::CUDA_SUCCESS), SyncOutcome::Done);
+        for capture in [
+            R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+            R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+            R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+            R::CUDA_ERROR_CAPTURED_EVENT,
+        ] {
+            assert_eq!(sync_outcome(capture), SyncOutcome::Capturing, "{capture:?}");
+        }
+        assert_eq!(
+            sync_outcome(R::CUDA_ERROR_ILLEGAL_ADDRESS),
+            SyncOutcome::Failed
+        );
+    }
+
+    #[test]
     fn a_capture_counts_as_still_running_and_other_failures_as_done() {
         use sys::CUresult as R;
         assert!(is_still_running(R::CUDA_ERROR_NOT_READY));
         assert!(is_still_running(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
         assert!(is_still_running(R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+        assert!(is_still_running(R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT));
         assert!(!is_still_running(R::CUDA_SUCCESS));
         assert!(!is_still_running(R::CUDA_ERROR_INVALID_HANDLE));
     }
@@ -403,7 +572,7 @@ mod tests {
         let (mut fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
         assert!(matches!(recorded, Err(Error::NoCudaDriver)), "{recorded:?}");
         assert!(!fence.orders_anything());
-        assert!(fence.is_complete() && fence.can_wait());
+        assert!(fence.is_complete() && fence.can_wait() && fence.is_settled());
         fence.wait().unwrap();
         let (fence, held) = ReleaseFence::conservative(0);
         assert!(matches!(held, Err(Error::NoCudaDriver)));

@@ -26,6 +26,7 @@ pub mod pointer;
 pub mod stream_info;
 pub mod to_host;
 
+use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use cudarc::driver::{result, sys};
 use std::sync::OnceLock;
@@ -34,6 +35,11 @@ use std::sync::OnceLock;
 pub fn driver() -> Result<()> {
     static STATE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     let state = STATE.get_or_init(|| {
+        // Miri runs no foreign code (dlopen included): under it there is never a driver, so
+        // that scripts/miri.sh runs the release tests as a machine without one does.
+        if cfg!(miri) {
+            return Err(String::new());
+        }
         // SAFETY: only tries to dlopen libcuda; no driver call is made.
         if !unsafe { sys::is_culib_present() } {
             return Err(String::new());
@@ -52,6 +58,29 @@ pub fn driver() -> Result<()> {
 /// Whether a CUDA driver is usable here.
 pub fn driver_available() -> bool {
     driver().is_ok()
+}
+
+/// The device whose contexts order and check memory of DLPack device (`kind`, `id`), or `None`
+/// for memory no CUDA device works on. `current`: the device of the context current on the
+/// calling thread, if any. Device and managed memory name their device. Pinned host memory
+/// (`kDLCUDAHost`, id 0 whatever device the process uses) belongs to none: the device the
+/// caller works on now is the one meant, and device 0 only where no context is current — so a
+/// process that uses only GPU 1 never creates a context on GPU 0 for it.
+pub fn device_of_memory(kind: DeviceKind, id: i32, current: Option<i32>) -> Option<i32> {
+    match kind {
+        DeviceKind::Cuda | DeviceKind::CudaManaged => Some(id),
+        DeviceKind::CudaHost => Some(current.unwrap_or(0)),
+        _ => None,
+    }
+}
+
+/// The device of the context current on the calling thread, if any (nothing is retained).
+pub fn current_device() -> Option<i32> {
+    driver().ok()?;
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: out-pointer valid; without a current context the call fails, which is the answer.
+    let status = unsafe { sys::cuCtxGetDevice(&mut device) };
+    (status == sys::CUresult::CUDA_SUCCESS).then_some(device)
 }
 
 /// Turns a raw driver status into our error.
@@ -118,6 +147,20 @@ mod tests_gpu;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pinned_memory_is_ordered_on_the_device_in_use_and_device_memory_on_its_own() {
+        use DeviceKind::*;
+        assert_eq!(device_of_memory(Cuda, 1, Some(0)), Some(1));
+        assert_eq!(device_of_memory(CudaManaged, 1, None), Some(1));
+        assert_eq!(
+            device_of_memory(CudaHost, 0, Some(1)),
+            Some(1),
+            "a process on GPU 1 only: no context on GPU 0"
+        );
+        assert_eq!(device_of_memory(CudaHost, 0, None), Some(0));
+        assert_eq!(device_of_memory(Cpu, 0, Some(1)), None);
+    }
 
     /// This test asserts what happens where no driver library can be loaded (CI). Rust's test
     /// harness has no run-time skip, so where a driver is present it fails here, saying why,

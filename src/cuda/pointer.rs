@@ -94,11 +94,8 @@ pub fn check_pointer(descriptor: &TensorDescriptor) -> Result<PointerInfo> {
         });
     }
     super::driver()?;
-    let ordinal = if kind == DeviceKind::Cuda {
-        descriptor.device().id
-    } else {
-        0
-    };
+    let id = descriptor.device().id;
+    let ordinal = super::device_of_memory(kind, id, super::current_device()).unwrap_or(id);
     // With a driver, any failure (an ordinal that does not exist, an address it never saw)
     // means the tensor's claim is false.
     let info = pointer_info(descriptor.first_element(), ordinal).map_err(|cause| {

@@ -28,6 +28,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Graph captures, several contexts, and the primary-context question (issue 38).
+mod capture;
+
 const DEVICE_MEMORY: u32 = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
 const HOST_MEMORY: u32 = sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
 
@@ -510,9 +513,18 @@ fn a_per_thread_default_consumer_is_ordered_from_another_thread() {
 /// What [`destroy_stream`] did: 0 not called, 1 the destroy failed, 2 the stream was destroyed.
 static DESTROYED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// [`super::fence::RECORDS_TRIED_HERE`] when [`destroy_stream`] ran.
+static TRIED_AT_DESTROY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// A keeper's give-back that destroys the stream whose handle is its token, as CUDA.jl's
 /// `CuStream` finalizer does once nothing roots the stream any more.
 fn destroy_stream(handle: u64) {
+    // How far this thread's recording had got when the stream went: a destroyed stream with
+    // pending work may still accept a record, so the order is checked here, not by a failure.
+    TRIED_AT_DESTROY.store(
+        super::fence::RECORDS_TRIED_HERE.get(),
+        std::sync::atomic::Ordering::SeqCst,
+    );
     let _context = DeviceContext::enter(0).expect("device 0's primary context");
     // SAFETY: the stream the test created for this keeper, destroyed once, here.
     let destroyed = unsafe { result::stream::destroy(handle as sys::CUstream) };
@@ -546,11 +558,17 @@ fn a_release_records_on_the_consumers_stream_before_its_keeper_lets_it_be_destro
     }
     .expect("cuLaunchHostFunc");
 
+    let tried_before = super::fence::RECORDS_TRIED_HERE.get();
     let mut release = tensor.into_release();
     assert_eq!(
         DESTROYED.load(Ordering::SeqCst),
         2,
         "the keeper was given back with the release, and the stream destroyed with work pending"
+    );
+    assert_eq!(
+        TRIED_AT_DESTROY.load(Ordering::SeqCst),
+        tried_before + 1,
+        "the stream was destroyed before the release recorded its event there"
     );
     assert!(
         !release.is_ready(),
@@ -639,7 +657,7 @@ fn an_alias_fence_holds_the_primary_context_for_its_life() {
         alias_context: HeldContext::current().unwrap(),
     }];
     // SAFETY: the legacy default stream of a current context.
-    let (fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
+    let (mut fence, recorded) = unsafe { ReleaseFence::record(0, streams) };
     recorded.unwrap();
     drop(context);
     let mut flags = 0u32;
@@ -756,12 +774,73 @@ fn a_no_sync_import_released_without_a_stream_waits_for_the_context_and_says_wha
     let context = device();
     let memory = DeviceAllocation::new(&context, 64 * 4);
     let (tensor, count) = imported_on_device(&memory, crate::stream::StreamRequest::NoSync);
-    let release = tensor.into_release();
+    // Work the release was told nothing about, on a stream of the memory's context: the
+    // conservative wait (the whole context) must cover it.
+    let busy = context.new_stream().unwrap();
+    let gate = closed_gate();
+    close(&busy, &gate);
+    let mut release = tensor.into_release();
     assert!(release.is_ordered(), "never an unordered deleter");
+    assert!(release.is_conservative());
+    assert!(
+        !release.is_ready(),
+        "a context synchronisation is never ready by itself (only the explicit flush makes it)"
+    );
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
     let outcome = release.complete();
+    let waited = started.elapsed();
+    opener.join().unwrap();
     assert!(
         matches!(outcome, Err(Error::ReleaseNeedsStream)),
         "{outcome:?}"
     );
     assert_eq!(CountingOwner::releases(&count), 1);
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the deleter ran after {waited:?}, before the context's work was done"
+    );
+    busy.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn an_exports_release_waits_for_every_consumer_stream_before_the_memory_goes_back() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let first = context.new_stream().unwrap();
+    let second = context.new_stream().unwrap();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let spec = on(CUDA0, memory.0, &[64], &[1]);
+    let (owner, count) = CountingOwner::new();
+    let managed = crate::export::export_versioned(&spec, owner, 3).unwrap();
+    let gate = closed_gate();
+    close(&second, &gate);
+    let streams = [
+        first.cu_stream() as usize,
+        second.cu_stream() as usize,
+        first.cu_stream() as usize,
+    ];
+    // SAFETY: live streams of device 0 that outlive the release.
+    let mut release = unsafe {
+        crate::PendingRelease::of_export(crate::ManagedTensor::Versioned(managed), &spec, &streams)
+    };
+    assert!(release.is_ordered());
+    assert!(
+        !release.is_ready(),
+        "the second consumer's stream is still busy: the memory must not go back"
+    );
+    assert_eq!(CountingOwner::releases(&count), 0);
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
+    release.complete().unwrap();
+    let waited = started.elapsed();
+    opener.join().unwrap();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the memory went back after {waited:?}, before the consumer's work was done"
+    );
 }

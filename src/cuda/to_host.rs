@@ -4,9 +4,16 @@
 //! marking the producer's writes ([`ReadyEvent`]), and that stream (only) is synchronised — the
 //! host must hold the data before it returns it. A non-compact tensor is then compacted on the
 //! host by the copy engine.
+//!
+//! The copy blocks the calling thread until the device has finished the producer's work and
+//! the copy (a pageable `cuMemcpyDtoHAsync` returns only when done): callers holding a lock
+//! others need (Python's GIL) let go of it around [`copy_to_host`], which touches no Python.
+//! Every driver call runs with the thread's capture mode relaxed (the private stream's
+//! creation, the synchronisation), so a graph capture on another thread is left valid.
 
+use super::call;
+use super::context::HeldContext;
 use super::order::ReadyEvent;
-use super::{DeviceContext, call};
 use crate::copy::{AlignedBuffer, materialize};
 use crate::descriptor::TensorDescriptor;
 use crate::device::Device;
@@ -34,7 +41,8 @@ pub unsafe fn copy_to_host(
             device: descriptor.device().to_dlpack(),
         });
     }
-    let _context = DeviceContext::enter(descriptor.device().id)?;
+    let context = HeldContext::primary(descriptor.device().id)?;
+    let _current = context.enter()?;
     let (low, high) = descriptor.byte_span();
     let span = AlignedBuffer::try_zeroed((high - low) as usize)?;
     if !span.is_empty() {

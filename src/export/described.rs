@@ -21,6 +21,7 @@ use dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTe
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
 use std::cell::UnsafeCell;
 use std::mem::{MaybeUninit, offset_of};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An owner that keeps the descriptor its tensor restates.
@@ -95,19 +96,22 @@ pub fn export_legacy_described<O: DescribingOwner>(owner: O) -> Result<Managed<D
 /// their defaults), and returns the allocation. The deleter finds the owner from the header's
 /// own address; `manager_ctx` is the owner's address all the same, because some consumers
 /// (PaddlePaddle 3.3) never call the deleter of a tensor whose `manager_ctx` is null.
+///
+/// The shape and strides pointers are taken from the owner where it stays, after its move into
+/// the allocation: moving an owner that holds its descriptor in a `Box` reasserts the `Box`'s
+/// uniqueness, which invalidates pointers taken through it before (Stacked Borrows).
 fn allocate<M: ManagedTensorBase, O: DescribingOwner>(owner: O) -> *mut Described<M, O> {
     const { assert!(offset_of!(Described<M, O>, header) == 0) };
-    // Taken before the owner moves: its descriptor stays where it is (the trait's contract).
-    let tensor = dl_tensor_of(owner.descriptor());
     let raw = Box::into_raw(Box::<Described<M, O>>::new_uninit()).cast::<Described<M, O>>();
-    // SAFETY: `raw` is a fresh allocation laid out for a `Described<M, O>`, ours alone; both
-    // fields are written in place before it is returned, and the owner's address is taken
-    // without forming a reference.
+    // SAFETY: `raw` is a fresh allocation laid out for a `Described<M, O>`, ours alone; the
+    // owner is written in place first and never moves again, so the tensor read from it stays
+    // valid; the header is written before the allocation is returned.
     unsafe {
-        (&raw mut (*raw).owner).write(owner);
-        let owner_address = (&raw mut (*raw).owner).cast::<std::ffi::c_void>();
+        let owner_at = &raw mut (*raw).owner;
+        owner_at.write(owner);
+        let tensor = dl_tensor_of((*owner_at).descriptor());
         let deleter = Some(delete_described::<M, O> as unsafe extern "C" fn(*mut M));
-        (&raw mut (*raw).header).write(M::from_parts(tensor, owner_address, deleter));
+        (&raw mut (*raw).header).write(M::from_parts(tensor, owner_at.cast(), deleter));
     }
     raw
 }
@@ -165,6 +169,12 @@ impl Default for HeaderSlot {
 /// An owner that keeps a [`HeaderSlot`] and the descriptor its exports restate, and counts the
 /// references to itself: an export in the slot holds one from its claim to its deleter.
 ///
+/// Owners are reached through raw pointers that carry the provenance of their whole
+/// allocation (`Box::into_raw`, `Arc::as_ptr`), never through pointers derived from `&Self`:
+/// the last reference frees the allocation through the pointer it was given, and a pointer
+/// derived from a shared reference may neither free nor reach outside `Self` (both of Miri's
+/// aliasing models reject it).
+///
 /// # Safety
 /// [`Self::descriptor`] must answer the same descriptor, unchanged, and [`Self::slot`] the same
 /// slot, for as long as the owner lives, at addresses that never move. [`Self::retain`] takes
@@ -173,12 +183,17 @@ impl Default for HeaderSlot {
 pub unsafe trait SlotOwner: Sync + 'static {
     fn descriptor(&self) -> &TensorDescriptor;
     fn slot(&self) -> &HeaderSlot;
-    /// Takes one more reference to the owner.
-    fn retain(&self);
+    /// Takes one more reference to the owner at `owner`.
+    ///
+    /// # Safety
+    /// `owner` points to a live owner, with the provenance of its allocation, and the caller
+    /// holds a reference to it.
+    unsafe fn retain(owner: *const Self);
     /// Gives back a reference [`Self::retain`] took; the owner may be gone afterwards.
     ///
     /// # Safety
-    /// `owner` is an owner whose reference the caller holds and does not use again.
+    /// `owner` is an owner whose reference the caller holds and does not use again, with the
+    /// provenance of its allocation.
     unsafe fn release(owner: *const Self);
 }
 
@@ -188,13 +203,16 @@ pub unsafe trait SlotOwner: Sync + 'static {
 /// its deleter runs. Refused (nothing claimed) as [`export_versioned_described`] refuses.
 ///
 /// # Safety
-/// No two exports of the same owner run at once (the Python bridge holds the GIL for each);
-/// their deleters may run anywhere, at any time.
+/// `owner` points to a live owner, with the provenance of its allocation (see [`SlotOwner`]),
+/// and the caller holds a reference to it for the call. No two exports of the same owner run
+/// at once (the Python bridge holds the GIL for each); their deleters may run anywhere, at any
+/// time.
 pub unsafe fn export_versioned_in_slot<O: SlotOwner>(
-    owner: &O,
+    owner: NonNull<O>,
     minor_version: u32,
 ) -> Result<Option<Managed<DLManagedTensorVersioned>>> {
-    let descriptor = owner.descriptor();
+    // SAFETY: live while the caller holds its reference (contract).
+    let descriptor = unsafe { owner.as_ref() }.descriptor();
     let claimed = claimed_minor(descriptor.element(), minor_version)?;
     // SAFETY: forwarded from this function's contract.
     let Some(raw) = (unsafe { claim::<DLManagedTensorVersioned, O>(owner) }) else {
@@ -223,9 +241,10 @@ pub unsafe fn export_versioned_in_slot<O: SlotOwner>(
 /// # Safety
 /// As [`export_versioned_in_slot`].
 pub unsafe fn export_legacy_in_slot<O: SlotOwner>(
-    owner: &O,
+    owner: NonNull<O>,
 ) -> Result<Option<Managed<DLManagedTensor>>> {
-    let descriptor = owner.descriptor();
+    // SAFETY: live while the caller holds its reference (contract).
+    let descriptor = unsafe { owner.as_ref() }.descriptor();
     check_legacy(descriptor.element(), descriptor.read_only())?;
     // SAFETY: forwarded from this function's contract.
     let Some(raw) = (unsafe { claim::<DLManagedTensor, O>(owner) }) else {
@@ -243,24 +262,26 @@ pub unsafe fn export_legacy_in_slot<O: SlotOwner>(
 ///
 /// # Safety
 /// As [`export_versioned_in_slot`]: no other claim of this slot runs meanwhile.
-unsafe fn claim<M: ManagedTensorBase, O: SlotOwner>(owner: &O) -> Option<*mut M> {
+unsafe fn claim<M: ManagedTensorBase, O: SlotOwner>(owner: NonNull<O>) -> Option<*mut M> {
     const {
         assert!(size_of::<M>() <= size_of::<DLManagedTensorVersioned>());
         assert!(align_of::<M>() <= align_of::<DLManagedTensorVersioned>());
     };
-    let slot = owner.slot();
+    // SAFETY: live while the caller holds its reference (contract).
+    let slot = unsafe { owner.as_ref() }.slot();
     // Acquire: the previous export's deleter (Release) is done with the header.
     if slot.taken.load(Ordering::Acquire) {
         return None;
     }
     // No other claim runs (contract) and no deleter holds a free slot: nothing races.
     slot.taken.store(true, Ordering::Relaxed);
-    owner.retain();
-    let tensor = dl_tensor_of(owner.descriptor());
-    // Never null, as some consumers need (see `allocate`).
-    let context = std::ptr::from_ref(owner)
-        .cast_mut()
-        .cast::<std::ffi::c_void>();
+    // SAFETY: forwarded from this function's contract.
+    unsafe { O::retain(owner.as_ptr()) };
+    // SAFETY: as above; the reference just taken keeps it alive past the call.
+    let tensor = dl_tensor_of(unsafe { owner.as_ref() }.descriptor());
+    // The pointer with the allocation's provenance, which the deleter releases (and may free)
+    // through; never null, as some consumers need (see `allocate`).
+    let context = owner.as_ptr().cast::<std::ffi::c_void>();
     let raw = slot.header.get().cast::<M>();
     let deleter = Some(delete_in_slot::<M, O> as unsafe extern "C" fn(*mut M));
     // SAFETY: the slot is ours alone until its deleter frees it, and large and aligned enough
@@ -437,9 +458,9 @@ mod tests {
         fn slot(&self) -> &HeaderSlot {
             &self.slot
         }
-        fn retain(&self) {
-            // SAFETY: `self` is inside a live `Arc` (see the impl).
-            unsafe { Arc::increment_strong_count(self) };
+        unsafe fn retain(owner: *const Self) {
+            // SAFETY: `owner` is `Arc::as_ptr` of a live `Arc` (see the impl; contract).
+            unsafe { Arc::increment_strong_count(owner) };
         }
         unsafe fn release(owner: *const Self) {
             // SAFETY: a reference `retain` took (contract), inside its `Arc`.
@@ -452,14 +473,20 @@ mod tests {
         owner: &Arc<Shared>,
         minor: u32,
     ) -> Result<Option<Managed<DLManagedTensorVersioned>>> {
-        // SAFETY: the tests export each owner from one thread.
-        unsafe { export_versioned_in_slot(&**owner, minor) }
+        // SAFETY: `Arc::as_ptr` of a live `Arc` the caller holds; the tests export each owner
+        // from one thread.
+        unsafe { export_versioned_in_slot(arc_pointer(owner), minor) }
     }
 
     /// [`export_legacy_in_slot`] from this (the only) thread.
     fn legacy_in_slot(owner: &Arc<Shared>) -> Result<Option<Managed<DLManagedTensor>>> {
         // SAFETY: as above.
-        unsafe { export_legacy_in_slot(&**owner) }
+        unsafe { export_legacy_in_slot(arc_pointer(owner)) }
+    }
+
+    /// The owner with its allocation's provenance (not derived from `&Shared`).
+    fn arc_pointer(owner: &Arc<Shared>) -> NonNull<Shared> {
+        NonNull::new(Arc::as_ptr(owner).cast_mut()).expect("an Arc is never null")
     }
 
     fn shared(

@@ -9,7 +9,8 @@
 //! 1. `dl_device` must be the source's device, except that CUDA, pinned (CUDAHost) and managed
 //!    (CUDAManaged) memory may be asked for on the host, `(CPU, 0)`: a copy to host memory
 //!    (refused with `copy=False`). Anything else is a `BufferError`, `(CPU, k)` for k ≠ 0
-//!    included (a host copy is labelled `(CPU, 0)`).
+//!    included (a host copy is labelled `(CPU, 0)`). A request for the host takes `stream`
+//!    `None` or -1 only, as a CPU tensor does (`ValueError`).
 //! 2. A CUDA source is shared, its consumer's stream (`stream.cuda_handle()`, none for -1)
 //!    ordered after the producer's; `copy=True` is refused (no device copies), and so is
 //!    `copy=False` with a host `dl_device`, which needs one.
@@ -123,6 +124,7 @@ pub struct ExportPlan {
 /// Decides what `__dlpack__` hands out for `request` (see the module docs for the rules).
 pub fn plan_export(source: &Source, request: &ExportRequest) -> Result<ExportPlan> {
     check_device(source.device, request.device)?;
+    check_host_stream(request)?;
     let memory = if source.device.kind == DeviceKind::Cuda {
         cuda_memory(source.device, request)?
     } else {
@@ -147,6 +149,21 @@ fn check_device(device: Device, wanted: Option<Device>) -> Result<()> {
     match wanted.filter(|&d| d != device && !(device.kind.is_cuda() && d == Device::CPU)) {
         Some(wanted) => Err(Error::ExportDevice { device, wanted }),
         None => Ok(()),
+    }
+}
+
+/// A copy to the host (`dl_device=(CPU, 0)`) is host memory, which no stream orders: its
+/// `stream` must be `None` (or -1), as for a CPU tensor, whatever the source's device.
+fn check_host_stream(request: &ExportRequest) -> Result<()> {
+    let quiet = matches!(
+        request.stream,
+        StreamRequest::Omitted | StreamRequest::NoSync
+    );
+    match request.device {
+        Some(wanted) if wanted.kind == DeviceKind::Cpu && !quiet => Err(Error::StreamOnCpu {
+            value: request.stream.to_value(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -206,6 +223,36 @@ pub fn ordered_by_streams(kind: DeviceKind) -> bool {
     matches!(kind, DeviceKind::Cuda | DeviceKind::CudaManaged)
 }
 
+/// When an exporter of device memory makes it ready for its consumers (see
+/// [`producer_ready`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerReady {
+    /// An event recorded on the producer's stream at each export (`__dlpack__`, the exchange
+    /// API's calls, a host copy): each consumer waits for what was enqueued up to its own call,
+    /// as DLPack puts the synchronisation at `__dlpack__`.
+    AtEachExport(usize),
+    /// One event recorded when the exporter is made, that every consumer waits for: the
+    /// producer's stream may be gone by the time a consumer comes.
+    AtShare,
+}
+
+/// [`ProducerReady`] for an exporter over memory written on `stream` (`None`: none named),
+/// which `stream_kept` says stays alive as long as the exporter's memory does (Julia roots the
+/// task's stream with the array).
+pub fn producer_ready(stream: Option<usize>, stream_kept: bool) -> ProducerReady {
+    match stream {
+        Some(stream) if stream_kept => ProducerReady::AtEachExport(stream),
+        _ => ProducerReady::AtShare,
+    }
+}
+
+/// Whether a host copy of memory on `kind` waits on the host for its producer's writes first
+/// (the exporter's ready event): memory streams order is written by device work that may still
+/// be running when `copy=True` or `dl_device=(CPU, 0)` asks for the copy; host memory is not.
+pub fn host_copy_after_producer(kind: DeviceKind) -> bool {
+    ordered_by_streams(kind)
+}
+
 /// The stream the C exchange API's exports make memory ready on: the legacy default stream,
 /// which its `current_work_stream` reports, for memory streams order; none for the rest
 /// ("no_sync": the consumer orders its own streams).
@@ -259,6 +306,35 @@ mod tests {
             assert!(!ordered_by_streams(kind));
             assert_eq!(exchange_api_stream(kind), StreamRequest::NoSync);
         }
+    }
+
+    #[test]
+    fn a_kept_producer_stream_is_recorded_at_each_export() {
+        assert_eq!(
+            producer_ready(Some(0x7f00), true),
+            ProducerReady::AtEachExport(0x7f00)
+        );
+        assert_eq!(
+            producer_ready(Some(1), true),
+            ProducerReady::AtEachExport(1)
+        );
+        assert_eq!(
+            producer_ready(Some(0x7f00), false),
+            ProducerReady::AtShare,
+            "a stream nobody keeps alive is used once, at the share (C callers)"
+        );
+        assert_eq!(producer_ready(None, true), ProducerReady::AtShare);
+    }
+
+    #[test]
+    fn a_host_copy_of_memory_device_work_writes_waits_for_that_work() {
+        assert!(host_copy_after_producer(DeviceKind::CudaManaged));
+        assert!(host_copy_after_producer(DeviceKind::Cuda));
+        assert!(!host_copy_after_producer(DeviceKind::Cpu));
+        assert!(
+            !host_copy_after_producer(DeviceKind::CudaHost),
+            "no ready event is recorded for pinned memory"
+        );
     }
     use crate::error::ErrorKind;
 
@@ -331,6 +407,15 @@ mod tests {
                 consumer_stream: Some(0x1000)
             }
         );
+        req.device = Some(Device::CPU);
+        for stream in [StreamRequest::Handle(0x1000), StreamRequest::LegacyDefault] {
+            let refused = plan_export(&src, &ExportRequest { stream, ..req });
+            assert!(
+                matches!(refused, Err(Error::StreamOnCpu { .. })),
+                "a host copy takes no stream: {refused:?}"
+            );
+        }
+        req.device = None;
         req.stream = StreamRequest::NoSync;
         assert!(!plan_export(&src, &req).unwrap().memory.needs_driver());
         req.device = Some(Device::CPU);

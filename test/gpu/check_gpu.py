@@ -30,7 +30,17 @@ import time
 import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
-from rsdlpack_ctypes import Bridge, ImportOptions, PlanOptions, first_element, shape_of  # noqa: E402
+from rsdlpack_ctypes import (  # noqa: E402
+    ELEMENT_CODE_FLOAT32,
+    ELEMENT_CODE_FLOAT64,
+    INDEX_ORDER_REVERSED,
+    TARGET_CUDA_ARRAY,
+    Bridge,
+    ImportOptions,
+    PlanOptions,
+    first_element,
+    shape_of,
+)
 
 KDLCUDA = 2
 RESULTS = []
@@ -362,6 +372,198 @@ def _():
     assert host.tolist() == t.cpu().tolist()
 
 
+@check("dl_device=(CPU, 0) after a long producer kernel: the copy waits for it, with the GIL released")
+def _():
+    import threading
+
+    import numpy as np
+
+    if tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 1):
+        raise Skip(f"NumPy {np.__version__} has no from_dlpack(device=...) (NumPy >= 2.1)")
+    n = 1 << 22
+    warm_up(lambda exporter: np.from_dlpack(exporter, device="cpu"))
+    x, P, exporter, kernel = producer_tensor_written_slowly(n)
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    time.sleep(0.01)
+    before = ticks[0]
+    t0 = time.perf_counter()
+    host = np.from_dlpack(exporter, device="cpu")
+    waited = time.perf_counter() - t0
+    during = ticks[0] - before
+    stop.set()
+    counter.join()
+    kernel = kernel()
+    assert (host == 7.0).all(), f"the copy read {int((host != 7.0).sum())} elements before the producer wrote them"
+    assert waited > 0.5 * kernel, f"the copy returned after {waited:.3f} s of the {kernel:.3f} s kernel: what did it wait for?"
+    assert during >= 10, f"another Python thread ran {during} times in {waited:.2f} s: the GIL was held"
+    return f"waited {waited:.2f} s; another thread ran {during} times meanwhile"
+
+
+@check("dl_device=(CPU, 0) with a stream is refused for CUDA memory, as for host memory")
+def _():
+    t = torch.ones(4, device="cuda")
+    tensor, error = lib.import_(t, cuda_options(torch.cuda.current_stream().cuda_stream or 1))
+    assert error is None, error
+    exporter, error = lib.export(tensor, torch.cuda.current_stream().cuda_stream or 1)
+    assert error is None, error
+    try:
+        exporter.__dlpack__(stream=torch.cuda.current_stream().cuda_stream or 1, dl_device=(1, 0))
+    except ValueError as e:
+        assert "stream must be None" in str(e), e
+    else:
+        raise AssertionError("a host copy with a stream was accepted")
+
+
+@check("managed memory copied to the host (copy=True) waits for its producer's kernel first")
+def _():
+    import cupy
+    import numpy as np
+
+    if tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 1):
+        raise Skip(f"NumPy {np.__version__} has no from_dlpack(device=...) (NumPy >= 2.1)")
+    n = 1 << 22
+    memory = cupy.cuda.malloc_managed(n * 4)
+    a = cupy.ndarray((n,), cupy.float32, cupy.cuda.MemoryPointer(memory, 0))
+    a.fill(0)
+    cupy.cuda.Device().synchronize()
+    device_type = a.__dlpack_device__()[0]
+    if int(device_type) != 13:
+        raise Skip(f"cupy {cupy.__version__} exports managed memory as device type {int(device_type)}, not kDLCUDAManaged (13)")
+    P = torch.cuda.Stream()
+
+    class Memory:
+        __cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (a.data.ptr, False), "version": 2}
+
+    view = torch.as_tensor(Memory(), device="cuda")
+    with torch.cuda.stream(P):
+        kernel = long_kernel(SLEEP)
+        view.fill_(7.0)
+    tensor, error = lib.import_(a, ImportOptions(has_stream=1, stream=-1, copy=-1))
+    assert error is None, error
+    assert tensor.contents.dl_tensor.device.device_type == 13
+    exporter, error = lib.export(tensor, P.cuda_stream)
+    assert error is None, error
+    t0 = time.perf_counter()
+    host = np.from_dlpack(exporter, device="cpu", copy=True)
+    waited = time.perf_counter() - t0
+    kernel = kernel()
+    assert (host == 7.0).all(), f"the host copy read {int((host != 7.0).sum())} elements before the producer wrote them"
+    return f"waited {waited:.2f} s of the {kernel:.2f} s kernel"
+
+
+@check("graph capture on the export path: a capturing producer is refused, a capturing consumer's capture stays valid")
+def _():
+    x = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    tensor, error = lib.import_(x, ImportOptions(has_stream=1, stream=-1, copy=-1))
+    assert error is None, error
+    exporter, error = lib.export(tensor, torch.cuda.current_stream().cuda_stream or 1)
+    assert error is None, error
+    graph = torch.cuda.CUDAGraph()
+    capture_stream = torch.cuda.Stream()
+    refused = None
+    with torch.cuda.graph(graph, stream=capture_stream):
+        # The consumer (torch, capturing): __dlpack__(stream=the capturing stream).
+        y = torch.from_dlpack(exporter)
+        total = y.sum()
+        # A producer that is capturing: its memory has not been written by anything that runs.
+        z = torch.ones(8, device="cuda")
+        other, error = lib.import_(z, ImportOptions(has_stream=1, stream=-1, copy=-1))
+        assert error is None, error
+        refused = lib.export(other, torch.cuda.current_stream().cuda_stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert total.item() == x.numel(), total.item()
+    exported, (code, message) = refused
+    assert exported is None and "being captured" in message, (code, message)
+
+
+@check("a stream=-1 import released without a stream during a capture: queued, not a context sync that breaks it")
+def _():
+    x = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    result, error = lib_gil.import_plan(x, PlanOptions.of(target=1), ImportOptions(has_stream=1, stream=-1, copy=-1))
+    assert error is None, error
+    handle = result.plan.tensor
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+        lib_gil.release_handle(handle)  # the conservative release: queued for the flush
+        probe, error = lib_gil.import_plan(torch.arange(2.0))  # an ordinary call's drain
+        assert error is None, error
+        lib_gil.release_handle(probe.plan.tensor)
+        pending = lib.lib.rsdlpack_py_pending_releases()
+    graph.replay()  # raises had the capture been invalidated
+    torch.cuda.synchronize()
+    assert pending >= 1, "the conservative release ran inside the capture"
+    assert lib.lib.rsdlpack_py_flush_releases() >= 1, "the explicit flush runs it"
+    assert lib.lib.rsdlpack_py_pending_releases() == 0
+    assert y.sum().item() == 2 * x.numel()
+
+
+@check("two GPUs: a queued release of a device-1 tensor is flushed after device 1's consumer stream")
+def _():
+    if torch.cuda.device_count() < 2:
+        raise Skip(f"{torch.cuda.device_count()} GPU here; this check needs two")
+    with torch.cuda.device(1):
+        C = torch.cuda.Stream()
+        x = torch.ones(1 << 20, device="cuda:1")
+        torch.cuda.synchronize()
+        options = ImportOptions(has_stream=1, stream=C.cuda_stream, has_device=1, device_type=KDLCUDA, device_id=1, copy=-1)
+        tensor, error = lib_gil.import_(x, options)
+        assert error is None, error
+        with torch.cuda.stream(C):
+            kernel = long_kernel(SLEEP)
+        t0 = time.perf_counter()
+        lib.release(tensor)  # GIL released around the call: queued, its event recorded on device 1's C
+        pending = lib.lib.rsdlpack_py_pending_releases()
+        assert lib.lib.rsdlpack_py_flush_releases() >= 1
+        host = time.perf_counter() - t0
+        kernel = kernel()
+    assert pending >= 1
+    assert host > 0.5 * kernel, f"the flush returned after {host:.3f} s of device 1's {kernel:.3f} s kernel"
+    return f"the flush waited {host:.2f} s"
+
+
+@check("a share whose stream is kept records at each __dlpack__: writes after the share are ordered; without the flag they are not")
+def _():
+    from rsdlpack_abi import CALL_REFUSE_WITHOUT_GIL, SHARE_STREAM_KEPT
+
+    n = 1 << 22
+    totals = {}
+    for kept in (True, False):
+        P, C = torch.cuda.Stream(), torch.cuda.Stream()
+        buffer = torch.zeros(n, device="cuda")
+        torch.cuda.synchronize()
+        flags = CALL_REFUSE_WITHOUT_GIL | (SHARE_STREAM_KEPT if kept else 0)
+        shared, error = lib_gil.share(buffer.data_ptr(), [n], [1], ELEMENT_CODE_FLOAT32, 8_000_000 + int(kept),
+                                      device=(KDLCUDA, 0), stream=P.cuda_stream, flags=flags)
+        assert error is None, error
+        exporter, _ = shared
+        with torch.cuda.stream(P):  # written after the share, as `M .= 7` in Julia
+            kernel = long_kernel(SLEEP)
+            buffer.fill_(7.0)
+        with torch.cuda.stream(C):
+            view = torch.from_dlpack(exporter)
+            totals[kept] = view.sum()
+        torch.cuda.synchronize()
+        kernel()
+        del view, exporter
+    lib.lib.rsdlpack_py_flush_releases()
+    lib.take_released_roots()
+    assert totals[True].item() == 7.0 * n, f"kept: the consumer read {totals[True].item()} (not ordered after the write)"
+    assert totals[False].item() != 7.0 * n, "without the flag the consumer waited for a write made after the share: the check proves nothing"
+    return f"kept: {totals[True].item():.0f}; once at the share: {totals[False].item():.0f}"
+
+
 @check("a CUDA import's deleter called with the GIL held does not wait for the consumer's kernel: it queues")
 def _():
     C = torch.cuda.Stream()
@@ -472,12 +674,68 @@ def release_after_caller(handle, caller):
     return lib_gil.release_after(handle, caller)
 
 
+EXPORT_ROOT = [7_000_000]
+
+
+def export_release_race():
+    """The export side's race. A buffer standing in for a Julia CuArray (CUDA.jl's pool reuses
+    its block as soon as the root comes back) is shared under a root id; torch takes it on its
+    stream C (`__dlpack__(stream=C)`), enqueues a ~1 s kernel then a read of it, and drops the
+    tensor and the exporter at once. The "Julia" side polls for the root (an ordinary bridge
+    call drains the queue each time) and, the moment it comes back, writes -1 into the buffer
+    on its own stream W, as a new Julia array in the reused block would be written.
+
+    Returns (elements the read saw corrupted, host seconds until the root came back, the
+    kernel's own seconds)."""
+    torch.cuda.synchronize()
+    EXPORT_ROOT[0] += 1
+    root = EXPORT_ROOT[0]
+    buffer = torch.ones(RACE_N, device="cuda")
+    C, W = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    shared, error = lib_gil.share(buffer.data_ptr(), [RACE_N], [1], ELEMENT_CODE_FLOAT32, root,
+                                  device=(KDLCUDA, 0), stream=torch.cuda.current_stream().cuda_stream or 1)
+    assert error is None, error
+    exporter, _ = shared
+    with torch.cuda.stream(C):
+        kernel = long_kernel(SLEEP)
+        view = torch.from_dlpack(exporter)
+        copy = view.clone()
+    del view, exporter  # torch calls the deleter now, without waiting for C
+    t0 = time.perf_counter()
+    while True:
+        probe, error = lib_gil.import_plan(torch.arange(2.0))  # an ordinary call drains the queue
+        assert error is None, error
+        lib_gil.release_handle(probe.plan.tensor)
+        if root in lib.take_released_roots():
+            break
+        assert time.perf_counter() - t0 < 30, "the shared array's root never came back"
+        time.sleep(0.001)
+    came_back = time.perf_counter() - t0
+    with torch.cuda.stream(W):
+        buffer.fill_(-1.0)
+    torch.cuda.synchronize()
+    corrupted = int((copy != 1.0).sum().item())
+    return corrupted, came_back, kernel()
+
+
 if CHILD:
-    # Run by the parent with RSDLPACK_TEST_UNORDERED_RELEASES=1: the same race, unordered.
+    # Run by the parent with RSDLPACK_TEST_UNORDERED_RELEASES=1: the same races, unordered.
     assert SKIP is None, SKIP
     corrupted, reused, host, _, kernel = release_race(explicit_release)
-    print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host, "kernel": kernel}), flush=True)
+    export_corrupted, export_came_back, export_kernel = export_release_race()
+    print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host, "kernel": kernel,
+                      "export_corrupted": export_corrupted, "export_came_back": export_came_back,
+                      "export_kernel": export_kernel}), flush=True)
     sys.exit(0)
+
+
+@check("export-side release: a shared array's root comes back only after torch's kernel on its stream; the reused block is not written under it")
+def _():
+    corrupted, came_back, kernel = export_release_race()
+    assert corrupted == 0, f"torch's read saw {corrupted} elements written after the root came back"
+    assert came_back > 0.5 * kernel, f"the root came back after {came_back:.3f} s, before the {kernel:.3f} s kernel ended"
+    return f"the root came back after {came_back:.2f} s"
 
 
 @check("explicit release: waits for the consumer's kernel on the import's stream; torch reuses the block uncorrupted")
@@ -543,7 +801,7 @@ def _():
     return f"the flush waited {host:.2f} s"
 
 
-@check("with release ordering disabled (RSDLPACK_TEST_UNORDERED_RELEASES=1), the same race corrupts the kernel's input")
+@check("with release ordering disabled (RSDLPACK_TEST_UNORDERED_RELEASES=1), the same races (import and export side) corrupt the kernel's input")
 def _():
     env = dict(os.environ, RSDLPACK_TEST_UNORDERED_RELEASES="1")
     child = subprocess.run([sys.executable, __file__, LIBRARY, UNORDERED_CHILD], env=env,
@@ -555,8 +813,71 @@ def _():
                                      f"the library was built without the unordered-releases-for-tests feature "
                                      f"(scripts/gpu_check.sh builds it with it) ({answer})")
     assert answer["host"] < 0.5 * answer["kernel"], answer
-    return f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms"
+    assert answer["export_corrupted"] > 0, (f"unordered, the shared array's root came back at once but torch's read "
+                                            f"was intact: the export race was not provoked ({answer})")
+    assert answer["export_came_back"] < 0.5 * answer["export_kernel"], answer
+    return (f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms; "
+            f"export side: {answer['export_corrupted']} overwritten")
 
+
+
+def julia_share_cuda(memory, root_id, stream):
+    """Shares CUDA memory as Julia's `share(A, torch.Tensor; order=:reversed)` shares a CuArray
+    whose last writes were enqueued on `stream` (its task stream): Julia's column-major array of
+    the reversed dims. Returns the torch tensor that torch's C exchange API made."""
+    dims = list(reversed(memory.shape))
+    strides, step = [], 1
+    for d in dims:
+        strides.append(step)
+        step *= d
+    code = {torch.float32: ELEMENT_CODE_FLOAT32, torch.float64: ELEMENT_CODE_FLOAT64}[memory.dtype]
+    (tensor, _), error = lib_gil.share(memory.data_ptr(), dims, strides, code, root_id=root_id,
+                                       order=INDEX_ORDER_REVERSED, device=(KDLCUDA, 0), stream=stream,
+                                       into=torch.Tensor)
+    assert error is None, error
+    return tensor
+
+
+@check("differentiable call on CUDA (rsdlpack_autodiff): an MLP's gradients equal torch's, inputs read after Julia's writes")
+def _():
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+    import rsdlpack_autodiff as ad
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 10)).cuda()
+    module = ad.Module(mlp)
+    params = [p.detach().clone() for p in module.initial_parameters()]  # Julia's CuArrays
+    x_values = torch.randn(256, 64, device="cuda")
+    x = torch.zeros(256, 64, device="cuda")
+    J = torch.cuda.Stream()  # Julia's task stream
+    torch.cuda.synchronize()
+    with torch.cuda.stream(J):
+        kernel = long_kernel(SLEEP)
+        x.copy_(x_values)  # Julia's last write to x: queued behind a ~1 s kernel on its stream
+    shared = [julia_share_cuda(m, 80_000 + k, J.cuda_stream) for k, m in enumerate([*params, x])]
+    assert [t.data_ptr() for t in shared] == [m.data_ptr() for m in [*params, x]], "zero-copy"
+    forward = module.forward(True, *shared)
+    y = forward.outputs[0]
+    # Julia imports the output on its stream (ordered after torch's work), as a view in place.
+    result, error = lib_gil.import_plan(y, PlanOptions.of(target=TARGET_CUDA_ARRAY, order=INDEX_ORDER_REVERSED),
+                                        cuda_options(J.cuda_stream))
+    assert error is None, error
+    assert result.plan.parent_address == y.data_ptr()
+    lib_gil.release_handle(result.plan.tensor)
+    cotangent = torch.ones(256, 10, device="cuda")
+    grads = forward.pullback(julia_share_cuda(cotangent, 80_100, J.cuda_stream))
+    kernel()
+    torch.cuda.synchronize()
+    # torch's own, on the values Julia wrote.
+    leaf = x_values.clone().requires_grad_()
+    mlp.train()
+    want_y = mlp(leaf)
+    want = torch.autograd.grad(want_y, [*mlp.parameters(), leaf], torch.ones_like(want_y))
+    assert torch.allclose(y, want_y.detach(), atol=1e-5), "the forward read x before Julia's write landed"
+    for k, (got, expected) in enumerate(zip(grads.tensors, want)):
+        assert got is not None and got.is_cuda and torch.allclose(got, expected, atol=1e-5), k
+        assert grads.devices[k] == KDLCUDA
+    return f"forward and pullback ordered after a {kernel():.2f} s kernel on Julia's stream"
 
 passed = sum(ok is True for _, ok, _ in RESULTS)
 failed = sum(ok is False for _, ok, _ in RESULTS)

@@ -129,7 +129,7 @@ class ImportOptions(ctypes.Structure):
 
 TENSOR_P = ctypes.POINTER(DLManagedTensorVersioned)
 
-# Return codes of the entry points (RsdlErrorCode; README's table).
+# Return codes of the entry points (RsdlErrorCode; docs/src/usage.md's table).
 INVALID, BUFFER, NOT_DLPACK, PRODUCER, RESOURCE, DRIVER, INTERPRETER, INTERNAL = (
     ERROR_CODE_INVALID, ERROR_CODE_BUFFER, ERROR_CODE_NOT_DLPACK, ERROR_CODE_PRODUCER, ERROR_CODE_RESOURCE,
     ERROR_CODE_DRIVER, ERROR_CODE_INTERPRETER, ERROR_CODE_INTERNAL)
@@ -324,6 +324,8 @@ class Bridge:
         lib.rsdlpack_py_flush_releases_with_flags.restype = ctypes.c_int32
         lib.rsdlpack_py_take_released_roots.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
         lib.rsdlpack_py_take_released_roots.restype = ctypes.c_size_t
+        lib.rsdlpack_py_tensor_device.argtypes = [ctypes.py_object, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_tensor_device.restype = ctypes.c_int32
 
     def _message(self, pointer):
         text = ctypes.string_at(pointer.value).decode()
@@ -366,6 +368,16 @@ class Bridge:
         if code != 0:
             return None, (code, self._message(error))
         return out, None
+
+    def tensor_device(self, obj, flags=0):
+        """rsdlpack_py_tensor_device: ((device_type, device_id), None) or (None, (code, message))."""
+        device_type, device_id = ctypes.c_uint32(), ctypes.c_int32()
+        error = ctypes.c_void_p()
+        code = self.lib.rsdlpack_py_tensor_device(obj, flags, ctypes.byref(device_type), ctypes.byref(device_id),
+                                                  ctypes.byref(error))
+        if code != 0:
+            return None, (code, self._message(error))
+        return (device_type.value, device_id.value), None
 
     def import_strided_plan(self, obj, plan_options=None, options=None, flags=0):
         """rsdlpack_py_import_strided_plan: (StridedPlan, None) or (None, (code, message))."""

@@ -27,6 +27,8 @@ import sys
 
 import pytest
 
+tomllib = pytest.importorskip("tomllib", reason="needs Python >= 3.11 (tomllib)")
+
 from test_install import make_read_only, tracked_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -67,7 +69,7 @@ def test_the_recipe_is_written_as_yggdrasil_runs_it():
     assert recipe_products() == [("librsdlpack_julia", "librsdlpack_julia"),
                                  ("librsdlpack_python", "librsdlpack_python")]
     # The jlrs bridge once per Julia version, as Yggdrasil's R/rustfft and P/peppi_jlrs do.
-    assert 'julia_versions = [v"1.10", v"1.11", v"1.12"]' in recipe
+    assert 'julia_versions = [v"1.10", v"1.11", v"1.12", v"1.13"]' in recipe
     assert "vcat(libjulia_platforms.(julia_versions)...)" in recipe
     assert 'BuildDependency("libjulia_jll")' in recipe
     assert 'Dependency("Libiconv_jll"; platforms=filter(Sys.isapple, platforms))' in recipe
@@ -88,6 +90,52 @@ def test_the_recipe_is_written_as_yggdrasil_runs_it():
     jll_jl = (REPO / "julia" / "jll.jl").read_text()
     for _, variable in recipe_products():
         assert f":{variable}_path" in jll_jl, variable
+
+
+def pinned_commit():
+    return re.search(r'GitSource\(\s*"[^"]+",\s*"([0-9a-f]{40})"\s*\)', RECIPE.read_text())[1]
+
+
+def git_show(commit, path):
+    """The file at `path` in `commit` (`git show <commit>:<path>`), or None where it has none."""
+    result = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO, capture_output=True, text=True)
+    return result.stdout if result.returncode == 0 else None
+
+
+def test_the_pinned_commit_has_what_the_script_needs():
+    # BinaryBuilder builds the pinned commit, not this tree: a stale pin fails here, not in
+    # Yggdrasil's CI (install_license aborts under set -e without a LICENSE; musl and Apple need
+    # the config's target sections).
+    commit = pinned_commit()
+    exists = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True)
+    assert exists.returncode == 0, (
+        f"the recipe pins {commit}, which this repository does not have (a shallow clone, or a "
+        f"commit never pushed): pin a commit of this history (scripts/update_recipe_commit.py)")
+    license_text = git_show(commit, "LICENSE")
+    assert license_text is not None and "MIT License" in license_text, f"{commit} has no MIT LICENSE"
+    pinned = git_show(commit, ".cargo/config.toml")
+    assert pinned is not None, f"{commit} has no .cargo/config.toml"
+    pinned_targets = tomllib.loads(pinned).get("target", {})
+    current_targets = tomllib.loads((REPO / ".cargo" / "config.toml").read_text())["target"]
+    # Every target section of the working tree, with the same flags: a pin older than a change
+    # to the config builds without it.
+    assert pinned_targets == current_targets, (
+        f"the pinned commit's .cargo/config.toml differs from this tree's in its target sections: "
+        f"pin a newer commit (scripts/update_recipe_commit.py)\npinned: {pinned_targets}\nhere: {current_targets}")
+    for section in ("cfg(target_env = \"musl\")", "cfg(target_os = \"macos\")", "x86_64-unknown-freebsd"):
+        assert section in pinned_targets, section
+    # The files the script builds from.
+    for path in ("Cargo.lock", "bridges/julia/Cargo.toml", "bridges/julia/Cargo.lock"):
+        assert git_show(commit, path) is not None, f"{commit} has no {path}"
+
+
+def test_a_stale_pin_is_caught():
+    # The first commit of the history has neither the LICENSE nor the config's target sections.
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split()[0]
+    config = git_show(first, ".cargo/config.toml")
+    assert git_show(first, "LICENSE") is None or config is None or \
+        tomllib.loads(config).get("target") != tomllib.loads((REPO / ".cargo" / "config.toml").read_text())["target"]
 
 
 def test_the_script_extraction_reads_what_julia_would():

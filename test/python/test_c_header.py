@@ -32,19 +32,19 @@ ELTYPES_JL = ROOT / "julia" / "eltypes.jl"
 ABI_JL = ROOT / "julia" / "abi.jl"
 CTYPES_PY = ROOT / "test" / "python" / "rsdlpack_ctypes.py"
 ABI_PY = ROOT / "test" / "python" / "rsdlpack_abi.py"
-README = ROOT / "README.md"
+USAGE_MD = ROOT / "docs" / "src" / "usage.md"
 C_ABI_MD = ROOT / "docs" / "src" / "c_abi.md"
 
 
 def run_check(tmp_path, header=None, julia=None, arrays=None, ctypes_text=None, errors=None, eltypes=None,
-              abi_jl=None, abi_py=None, readme=None, c_abi_md=None):
+              abi_jl=None, abi_py=None, usage_md=None, c_abi_md=None):
     """The checker's (exit code, output) with the given files' texts in place of the real ones."""
     paths = {}
     for name, text, real in (("rsdlpack.h", header, HEADER), ("python_bridge.jl", julia, BRIDGE_JL),
                              ("arrays.jl", arrays, ARRAYS_JL), ("rsdlpack_ctypes.py", ctypes_text, CTYPES_PY),
                              ("errors.jl", errors, ERRORS_JL), ("eltypes.jl", eltypes, ELTYPES_JL),
                              ("abi.jl", abi_jl, ABI_JL), ("rsdlpack_abi.py", abi_py, ABI_PY),
-                             ("README.md", readme, README), ("c_abi.md", c_abi_md, C_ABI_MD)):
+                             ("usage.md", usage_md, USAGE_MD), ("c_abi.md", c_abi_md, C_ABI_MD)):
         if text is None:
             paths[name] = real
         else:
@@ -55,7 +55,7 @@ def run_check(tmp_path, header=None, julia=None, arrays=None, ctypes_text=None, 
          "--ctypes", str(paths["rsdlpack_ctypes.py"]),
          "--julia", *(str(paths[n]) for n in ("python_bridge.jl", "arrays.jl", "errors.jl", "eltypes.jl")),
          "--julia-abi", str(paths["abi.jl"]), "--ctypes-abi", str(paths["rsdlpack_abi.py"]),
-         "--docs", str(paths["README.md"]), str(paths["c_abi.md"])],
+         "--docs", str(paths["usage.md"]), str(paths["c_abi.md"])],
         capture_output=True, text=True)
     return result.returncode, result.stdout + result.stderr
 
@@ -75,7 +75,7 @@ def test_the_mirrors_match_the_header(tmp_path):
     code, output = run_check(tmp_path)
     assert code == 0, output
     assert "ctypes: 8 structs checked" in output and "Julia: 7 structs checked" in output, output
-    assert "header: 8 structs, 26 functions" in output, output
+    assert "header: 8 structs, 28 functions" in output, output
 
 
 def test_two_swapped_julia_fields_fail_naming_both_sides(tmp_path):
@@ -173,14 +173,14 @@ def test_a_constant_new_in_the_header_fails_every_copy_until_regenerated(tmp_pat
     # A new error code in the Rust (so in the header): the generated files are stale, and Julia's
     # kinds and both documents' tables lack it.
     header = replace_once(HEADER.read_text(), "  RSDL_ERROR_CODE_INTERNAL = 99,\n",
-                          "  RSDL_ERROR_CODE_INTERNAL = 99,\n  RSDL_ERROR_CODE_TIMEOUT = 8,\n")
+                          "  RSDL_ERROR_CODE_INTERNAL = 99,\n  RSDL_ERROR_CODE_TIMEOUT = 9,\n")
     code, output = run_check(tmp_path, header=header)
     assert code == 1, output
-    assert "abi.jl is stale" in output and "the header gives `const ERROR_CODE_TIMEOUT = Int32(8)`" in output, output
-    assert "rsdlpack_abi.py is stale" in output and "the header gives `ERROR_CODE_TIMEOUT = 8`" in output, output
-    assert "Julia ERROR_KINDS has no kind for RSDL_ERROR_CODE_TIMEOUT (8)" in output, output
-    for doc in ("README.md", "c_abi.md"):
-        assert f"{doc}: the error-code table lacks RSDL_ERROR_CODE_TIMEOUT (8)" in output, output
+    assert "abi.jl is stale" in output and "the header gives `const ERROR_CODE_TIMEOUT = Int32(9)`" in output, output
+    assert "rsdlpack_abi.py is stale" in output and "the header gives `ERROR_CODE_TIMEOUT = 9`" in output, output
+    assert "Julia ERROR_KINDS has no kind for RSDL_ERROR_CODE_TIMEOUT (9)" in output, output
+    for doc in ("usage.md", "c_abi.md"):
+        assert f"{doc}: the error-code table lacks RSDL_ERROR_CODE_TIMEOUT (9)" in output, output
 
 
 def test_a_julia_error_kind_under_another_code_fails(tmp_path):
@@ -200,11 +200,11 @@ def test_julia_element_types_in_another_order_fail(tmp_path):
 
 
 def test_a_document_s_error_table_with_a_wrong_code_fails(tmp_path):
-    readme = replace_once(README.read_text(), "| 3 | `:not_dlpack` |", "| 8 | `:not_dlpack` |")
-    code, output = run_check(tmp_path, readme=readme)
+    usage_md = replace_once(USAGE_MD.read_text(), "| 3 | `:not_dlpack` |", "| 9 | `:not_dlpack` |")
+    code, output = run_check(tmp_path, usage_md=usage_md)
     assert code == 1, output
-    assert "README.md: error code 8 (:not_dlpack) is no RsdlErrorCode" in output, output
-    assert "README.md: the error-code table lacks RSDL_ERROR_CODE_NOT_DLPACK (3)" in output, output
+    assert "usage.md: error code 9 (:not_dlpack) is no RsdlErrorCode" in output, output
+    assert "usage.md: the error-code table lacks RSDL_ERROR_CODE_NOT_DLPACK (3)" in output, output
     c_abi_md = replace_once(C_ABI_MD.read_text(), "| `MemoryError` | `:resource` |", "| `MemoryError` | `:producer` |")
     code, output = run_check(tmp_path, c_abi_md=c_abi_md)
     assert code == 1, output

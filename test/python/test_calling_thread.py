@@ -115,3 +115,21 @@ def test_share_into_may_be_given_any_consumer_and_makes_an_exporter_for_non_type
     assert code == ERROR_CODE_INVALID and "must be a Python type" in message
     del exporter
     bridge_with_gil.take_released_roots()
+
+
+def test_share_takes_the_kept_stream_flag_and_host_memory_is_shared_as_before(bridge_with_gil):
+    # Julia passes it for a CuArray whose task stream it roots with the array: each __dlpack__
+    # then records on that stream (test/gpu/check_gpu.py proves it there); host memory has no
+    # stream, so the flag changes nothing here, but it is accepted by both share entry points.
+    from rsdlpack_abi import SHARE_EXPORTER_FOR_NON_TYPES, SHARE_STREAM_KEPT
+
+    a = np.arange(4.0)
+    (exporter, _), error = share_calls(bridge_with_gil, a, CALL_REFUSE_WITHOUT_GIL | SHARE_STREAM_KEPT)
+    assert error is None, error
+    assert np.from_dlpack(exporter).tolist() == a.tolist()
+    flags = CALL_REFUSE_WITHOUT_GIL | SHARE_EXPORTER_FOR_NON_TYPES | SHARE_STREAM_KEPT
+    (other, _), error = share_calls(bridge_with_gil, a, flags, into=np.from_dlpack)
+    assert error is None, error
+    assert np.from_dlpack(other).tolist() == a.tolist()
+    del exporter, other
+    bridge_with_gil.take_released_roots()

@@ -5,9 +5,10 @@ package's own build passes it (`--config`, deps/build.toml), and the flags it ha
 read from its verbose output. Only the host's standard library is installed here, so the foreign
 builds stop at rustc's "can't find crate for `std`" — after cargo has printed the command.
 
-Cargo joins every matching [target.<triple>] and [target.'cfg(..)'] section's rustflags (and
-RUSTFLAGS would replace them all, so it is removed from the environment here, as BinaryBuilder
-does not set it).
+Cargo joins every matching [target.<triple>] and [target.'cfg(..)'] section's rustflags, and
+a `--config` given on the command line (RUSTFLAGS would replace them all, so it is removed from
+the environment here, as BinaryBuilder does not set it). The BinaryBuilder recipe adds GNU ld for
+linux-gnu targets that way (its `gnu_ld` array): only its build sees it.
 """
 
 import os
@@ -21,10 +22,12 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = REPO / ".cargo" / "config.toml"
+RECIPE = REPO / "deps" / "binarybuilder" / "build_tarballs.jl"
 
 ALIGN = ["-C", "llvm-args=-align-all-functions=5"]
 NO_CRT_STATIC = ["-C", "target-feature=-crt-static"]
 DYNAMIC_LOOKUP = ["-C", "link-arg=-undefined", "-C", "link-arg=dynamic_lookup"]
+GNU_LD = ["-C", "link-arg=-fuse-ld=bfd"]
 
 # What each Rust target of the recipe's platforms (BinaryBuilder's rust_target) must get, and
 # nothing more: the x86_64-gnu alignment stays on its own triple.
@@ -98,3 +101,46 @@ def test_deps_build_passes_the_config():
     build = (REPO / "deps" / "build.toml").read_text()
     assert 'config = ".cargo/config.toml"' in build
     assert "--config $config" in (REPO / "deps" / "build.jl").read_text()
+
+
+# BinaryBuilder's $target (the platform triplet) for each Rust target above.
+BB_TARGETS = {
+    "x86_64-unknown-linux-gnu": "x86_64-linux-gnu",
+    "aarch64-unknown-linux-gnu": "aarch64-linux-gnu",
+    "x86_64-unknown-linux-musl": "x86_64-linux-musl",
+    "aarch64-unknown-linux-musl": "aarch64-linux-musl",
+    "x86_64-apple-darwin": "x86_64-apple-darwin14",
+    "aarch64-apple-darwin": "aarch64-apple-darwin20",
+    "x86_64-unknown-freebsd": "x86_64-unknown-freebsd13.4",
+}
+
+
+def recipe_gnu_ld(target, rust_target):
+    """The cargo arguments the recipe's script puts in `gnu_ld` for a build on `target`: its
+    `gnu_ld=()` ... `fi` block, run by bash with BinaryBuilder's variables."""
+    block = re.search(r"^gnu_ld=\(\)\n.*?^fi\n", RECIPE.read_text(), re.M | re.S)
+    assert block, "the recipe's script has no `gnu_ld=()` block"
+    result = subprocess.run(["bash", "-c", block[0] + 'printf "%s\\n" "${gnu_ld[@]}"'],
+                            env={"PATH": os.environ["PATH"], "target": target, "rust_target": rust_target},
+                            capture_output=True, text=True, check=True)
+    return [line for line in result.stdout.splitlines() if line]
+
+
+@pytest.mark.parametrize("triple", sorted(EXPECTED))
+def test_the_recipe_forces_gnu_ld_on_linux_gnu_only(probe, triple):
+    extra = recipe_gnu_ld(BB_TARGETS[triple], triple)
+    gnu = triple.endswith("-linux-gnu")
+    assert bool(extra) == gnu, extra
+    # Joined to the config's flags for the target, not replacing them.
+    assert rustc_flags(probe, triple, *extra) == EXPECTED[triple] + (GNU_LD if gnu else [])
+
+
+def test_every_cargo_call_of_the_recipe_passes_gnu_ld():
+    from test_binarybuilder import recipe_script
+    script = recipe_script(RECIPE.read_text())
+    calls = re.findall(r"^\s*(?:DOCS_RS=1 )?cargo (?:build|check)\b.*$", script, re.M)
+    assert len(calls) == 3, calls
+    for call in calls:
+        assert '"${gnu_ld[@]}"' in call, call
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert "RUSTFLAGS" not in code  # it would replace .cargo/config.toml's flags

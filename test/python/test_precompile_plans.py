@@ -48,3 +48,14 @@ def test_each_synthetic_plan_is_the_cores_plan_for_its_layout(bridge, parent, st
         assert core == synthetic_plan(parent, step, reversed_)
     finally:
         bridge.release_handle(plan.tensor)
+
+
+def test_the_workload_binds_no_global():
+    # PrecompileTools 1.2's @setup_workload (Julia 1.10, 1.11) runs its block at top level, with
+    # no `let`: an assignment there would be a global of the package image. The block is the
+    # file's last and calls one function, whose locals stay local.
+    block = WORKLOAD[WORKLOAD.index("@setup_workload begin"):]
+    body = [line.strip() for line in block.splitlines()[1:] if line.strip()]
+    assert body == ["@compile_workload begin", "compose_every_synthetic()", "end", "end"], body
+    function = WORKLOAD[WORKLOAD.index("function compose_every_synthetic()"):WORKLOAD.index("@setup_workload begin")]
+    assert "buffer = zeros(UInt8" in function and "global" not in function

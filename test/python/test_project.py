@@ -1,17 +1,20 @@
 """Project.toml against what it promises, read without Julia: compat bounds as Pkg reads them
 (every dependency bounded above, as General's AutoMerge requires; julia exactly the versions
-jlrs 0.23 and the JLL support), the extensions mirrored by their files (each trigger a weak
+the JLL is built for, which jlrs 0.23 supports: its jlrs-compat crate's range, read from the
+crate cargo resolves), the extensions mirrored by their files (each trigger a weak
 dependency with compat, each module named as its entry and loading its trigger, each linted by
 fatou's first pass), and the test environment's NumPy declared the CondaPkg way.
 
 Pkg's compat syntax (pkgdocs "Compatibility"): comma-separated specifiers form a union; caret is
 the default (`1.2` is [1.2.0, 2.0.0), `0.9.22` is [0.9.22, 0.10.0)); `~1.2` is [1.2.0, 1.3.0);
 `=1.2.3` is exact; `a - b` is a hyphen range whose missing trailing numbers in `b` are wildcards
-(`1.10 - 1.12` is [1.10.0, 1.13.0)).
+(`1.10 - 1.13` is [1.10.0, 1.14.0)).
 """
 
+import json
 import pathlib
 import re
+import subprocess
 
 import pytest
 
@@ -78,11 +81,26 @@ def test_the_compat_reader_reads_pkgs_examples():
     assert spec_ranges("1.2, 3") == [((1, 2, 0), (2, 0, 0)), ((3, 0, 0), (4, 0, 0))]
 
 
+def jlrs_minor_range():
+    """(MIN_MINOR_VERSION, MAX_MINOR_VERSION) of the jlrs-compat crate the jlrs bridge resolves
+    (crates/build_utils/jlrs_compat in jlrs): the Julia versions jlrs 0.23 builds for."""
+    manifest = REPO / "bridges" / "julia" / "Cargo.toml"
+    result = subprocess.run(["cargo", "metadata", "--format-version", "1", "--manifest-path", str(manifest)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, f"cargo metadata for the jlrs bridge failed:\n{result.stderr[-2000:]}"
+    packages = {p["name"]: p for p in json.loads(result.stdout)["packages"]}
+    assert packages["jlrs"]["version"].startswith("0.23."), packages["jlrs"]["version"]
+    source = (pathlib.Path(packages["jlrs-compat"]["manifest_path"]).parent / "src" / "lib.rs").read_text()
+    low = int(re.search(r"pub const MIN_MINOR_VERSION: u32 = (\d+);", source)[1])
+    high = int(re.search(r"pub const MAX_MINOR_VERSION: u32 = (\d+);", source)[1])
+    return low, high
+
+
 def test_julia_is_bounded_to_what_jlrs_and_the_jll_support():
     julia = PROJECT["compat"]["julia"]
-    assert spec_ranges(julia) == [((1, 10, 0), (1, 13, 0))]
+    assert spec_ranges(julia) == [((1, 10, 0), (1, 14, 0))]
     # The JLL is built for exactly these versions (its julia_compat is libjulia_julia_compat of
-    # them, "~1.10, ~1.11, ~1.12"), and jlrs 0.23 supports 1.10-1.12.
+    # them, "~1.10, ~1.11, ~1.12, ~1.13"), and jlrs 0.23 supports 1.10-1.13.
     recipe = (REPO / "deps" / "binarybuilder" / "build_tarballs.jl").read_text()
     built = re.search(r"julia_versions = \[(.*?)\]", recipe)[1]
     minors = sorted(int(m) for m in re.findall(r'v"1\.(\d+)"', built))
@@ -91,6 +109,10 @@ def test_julia_is_bounded_to_what_jlrs_and_the_jll_support():
         assert admits(julia, f"1.{minor}.0") == admits(jll_compat, f"1.{minor}.0"), minor
     jlrs = re.search(r'jlrs = \{ version = "=(0\.23\.\d+)"', (REPO / "bridges" / "julia" / "Cargo.toml").read_text())
     assert jlrs, "the jlrs bridge pins jlrs 0.23; a new jlrs moves the julia bound"
+    # Every minor the compat admits is one jlrs builds for (it would build a newer one as its
+    # newest, with a warning, and refuse an older one).
+    low, high = jlrs_minor_range()
+    assert minors == list(range(low, high + 1)), (minors, low, high)
 
 
 def test_every_dependency_has_an_upper_bounded_compat():

@@ -15,7 +15,13 @@
 //! | `Producer`   | —                | `RuntimeError`   | `:producer`              |
 //! | `Resource`   | `Resource`       | `MemoryError`    | `:resource`              |
 //! | `Internal`   | `Internal`       | `RuntimeError`   | `:internal`              |
+//! | `Declined`   | —                | —                | `:declined`              |
 //!
+//! `Declined` is [`BridgeError::Declined`]: an import refused for one of the reasons
+//! [`BridgeError::declinable`] names, reported so only to a caller that passed
+//! `RSDLPACK_CALL_DECLINE_REFUSALS` (Julia's `pyconvert` rules, which then leave the object
+//! to PythonCall's other rules). It never becomes a Python exception: no method Python calls
+//! declines.
 //! A producer's exception (`Producer`) is wrapped, its type and text in the message, as a
 //! `RuntimeError`: it is neither the caller's bad value nor a refusal of ours.
 
@@ -36,6 +42,23 @@ pub enum BridgeError {
 
     #[error("an object of type {type_name} is neither a DLPack capsule nor has __dlpack__")]
     NotDlpack { type_name: String },
+
+    #[error(
+        "{type_name} is a class, not a tensor: DLPack imports its objects (pass an instance, \
+         e.g. a tensor made by it), not the type itself"
+    )]
+    TypeObject { type_name: String },
+
+    #[error(
+        "a bare DLPack capsule has no __dlpack_device__ to ask; import it (it holds its device), \
+         or pass the tensor object itself"
+    )]
+    CapsuleDevice,
+
+    /// An import error the caller asked to have declined (see [`BridgeError::declinable`]):
+    /// its message, the code `Declined`.
+    #[error(transparent)]
+    Declined(Box<BridgeError>),
 
     #[error(
         "this DLPack capsule was already consumed (its name starts with \"used_\"); \
@@ -82,6 +105,20 @@ pub enum BridgeError {
 
     #[error("the Python interpreter is not running")]
     InterpreterNotRunning,
+
+    /// An interpreter whose build the exporter is not laid out for (see
+    /// [`crate::python::interpreter`]).
+    #[error(
+        "RsDLPack's Python bridge cannot serve this Python ({version}): {why}; use a CPython \
+         built with the GIL (e.g. python3.13, not python3.13t)"
+    )]
+    UnsupportedInterpreter { version: String, why: String },
+
+    #[error(
+        "RsDLPack's Python bridge serves one interpreter per process, the first that called it, \
+         and this call came from another (sub-interpreter {id}); call from the main interpreter"
+    )]
+    OtherInterpreter { id: i64 },
 
     #[error(
         "{function}: this thread does not hold Python's GIL, and the caller asked not to wait \
@@ -216,7 +253,8 @@ impl TorchState {
     fn what(self) -> &'static str {
         match self {
             Self::RequiresGrad => {
-                "it requires grad, which DLPack cannot carry (torch's __dlpack__ refuses it too)"
+                "it requires grad (every nn.Parameter does, and every tensor an autograd graph \
+                 computed), which DLPack cannot carry (torch's __dlpack__ refuses it too)"
             }
             Self::Conjugate => {
                 "it has the conjugate bit set (a lazy conjugation, e.g. from .conj()), so its \
@@ -232,7 +270,7 @@ impl TorchState {
     /// The torch call that gives a tensor DLPack can carry.
     fn fix(self) -> &'static str {
         match self {
-            Self::RequiresGrad => "tensor.detach()",
+            Self::RequiresGrad => "tensor.detach() (the same memory, outside autograd)",
             Self::Conjugate => "tensor.resolve_conj()",
             Self::Negative => "tensor.resolve_neg()",
         }
@@ -286,11 +324,33 @@ impl BridgeError {
             | WrongDevice { .. }
             | CopyNotAllowed { .. }
             | TorchState { .. } => ErrorCode::Buffer,
-            NotDlpack { .. } | NotOurExporter { .. } => ErrorCode::NotDlpack,
+            NotDlpack { .. } | TypeObject { .. } | CapsuleDevice | NotOurExporter { .. } => {
+                ErrorCode::NotDlpack
+            }
+            Declined(_) => ErrorCode::Declined,
             Producer { .. } => ErrorCode::Producer,
-            InterpreterNotRunning => ErrorCode::Interpreter,
+            InterpreterNotRunning | UnsupportedInterpreter { .. } | OtherInterpreter { .. } => {
+                ErrorCode::Interpreter
+            }
             Panic { .. } => ErrorCode::Internal,
         }
+    }
+
+    /// Whether an import that failed with this error was refused for what the object is,
+    /// which a converter trying several ways may decline instead of raising
+    /// (`RSDLPACK_CALL_DECLINE_REFUSALS`): not a tensor (`NotDlpack`: no `__dlpack__`, a type
+    /// object, a bare capsule where an object is needed), the producer's refusal (`Producer`:
+    /// its `__dlpack__` or `__dlpack_device__` raised, e.g. torch's for a sparse tensor or
+    /// JAX's for a sharded array, or answered nonsense), or a tensor that cannot be exchanged
+    /// as asked (`Buffer`: torch state DLPack cannot carry, another device, an element type,
+    /// rank or layout the request cannot take). Not: invalid arguments of ours, a call off the
+    /// GIL's thread, a malformed tensor (the core's `InvalidInput`), memory, the driver, a
+    /// stopped interpreter or a bug, which a caller must hear of.
+    pub fn declinable(&self) -> bool {
+        matches!(
+            self.code(),
+            ErrorCode::NotDlpack | ErrorCode::Producer | ErrorCode::Buffer
+        ) || matches!(self, Self::BadDeviceAnswer { .. })
     }
 
     /// The error a caught panic becomes; `place` names where (see [`BridgeError::Panic`]).
@@ -315,7 +375,9 @@ impl From<BridgeError> for PyErr {
         let message = error.to_string();
         match error.code() {
             ErrorCode::Invalid => PyValueError::new_err(message),
-            ErrorCode::Buffer => PyBufferError::new_err(message),
+            // Only entry points that take `RSDLPACK_CALL_DECLINE_REFUSALS` decline, and none
+            // raises into Python; were one to, the refusal is a `BufferError`.
+            ErrorCode::Buffer | ErrorCode::Declined => PyBufferError::new_err(message),
             ErrorCode::NotDlpack => PyTypeError::new_err(message),
             ErrorCode::Resource => PyMemoryError::new_err(message),
             ErrorCode::Producer
@@ -334,4 +396,68 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a converter may decline is the object's refusal (not a tensor, the producer's,
+    /// the request's), never the caller's bug, the GIL, memory or ours.
+    #[test]
+    fn declinable_errors_are_refusals_of_the_object() {
+        let not_a_tensor = BridgeError::NotDlpack {
+            type_name: "list".into(),
+        };
+        let class = BridgeError::TypeObject {
+            type_name: "torch.Tensor".into(),
+        };
+        let refused = BridgeError::TorchState {
+            type_name: "torch.nn.parameter.Parameter".into(),
+            state: TorchState::RequiresGrad,
+        };
+        let raised = BridgeError::Producer {
+            what: "Tensor.__dlpack__".into(),
+            message: "BufferError: sparse".into(),
+        };
+        let answer = BridgeError::BadDeviceAnswer {
+            method: "X.__dlpack_device__".into(),
+            answer: "None".into(),
+        };
+        for error in [
+            not_a_tensor,
+            class,
+            refused,
+            raised,
+            answer,
+            BridgeError::CapsuleDevice,
+        ] {
+            assert!(error.declinable(), "{error}");
+        }
+        let kept = [
+            BridgeError::GilNotHeld { function: "f" },
+            BridgeError::InterpreterNotRunning,
+            BridgeError::PlanOption {
+                what: "target",
+                value: 7,
+            },
+            BridgeError::Panic {
+                place: "",
+                what: "x".into(),
+            },
+        ];
+        for error in kept {
+            assert!(!error.declinable(), "{error}");
+        }
+        let declined = BridgeError::Declined(Box::new(BridgeError::TorchState {
+            type_name: "torch.nn.parameter.Parameter".into(),
+            state: TorchState::RequiresGrad,
+        }));
+        assert_eq!(declined.code(), ErrorCode::Declined);
+        let text = declined.to_string();
+        assert!(
+            text.contains("requires grad") && text.contains("tensor.detach()"),
+            "{text}"
+        );
+    }
 }

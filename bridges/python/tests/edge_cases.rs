@@ -281,4 +281,5 @@ fn each_error_code_raises_its_python_exception() {
     }
     assert_eq!(ErrorCode::NotDlpack as i32, 3);
     assert_eq!(ErrorCode::Producer as i32, 4);
+    assert_eq!(ErrorCode::Declined as i32, 8);
 }

@@ -4,8 +4,9 @@
 //! caught and every error becomes a return code ([`ErrorCode`], 0 on success) plus a message
 //! the caller frees with `rsdlpack_error_free`. One that cannot report (a release, a count)
 //! runs through [`quietly`], which answers a fallback on a panic. Either attaches to the
-//! interpreter through [`with_python`] (taking the GIL if the caller released it) and first
-//! drains the queue of deferred releases (see [`crate::python::release`]).
+//! interpreter through [`with_python`] (taking the GIL if the caller released it), refuses an
+//! interpreter the bridge cannot serve ([`crate::python::interpreter`]), and first drains the
+//! queue of deferred releases (see [`crate::python::release`]).
 //!
 //! Whether a call may wait for the GIL is the caller's choice ([`Attach`], from the `flags` of
 //! the `*_with_flags` entry points): a C caller that released the GIL on purpose (ctypes'
@@ -117,6 +118,9 @@ pub(crate) fn attached<T>(
         // check is exact with one interpreter, the only setup pyo3 and the GILState API
         // support, see `this_thread_holds_the_gil`).
         let py = unsafe { Python::assume_attached() };
+        // Before anything that could attach through pyo3: in a sub-interpreter, pyo3's attach
+        // (`PyGILState_Ensure`) would wait for the GIL this thread holds.
+        crate::python::interpreter::admit(py)?;
         let result = body(py);
         if result.is_err() {
             // Error paths drop exceptions (and their tracebacks) wherever they arise.
@@ -133,7 +137,11 @@ pub(crate) fn attached<T>(
             BridgeError::InterpreterNotRunning
         });
     }
-    Python::try_attach(body).unwrap_or_else(|| Err(BridgeError::InterpreterNotRunning))
+    Python::try_attach(|py| {
+        crate::python::interpreter::admit(py)?;
+        body(py)
+    })
+    .unwrap_or_else(|| Err(BridgeError::InterpreterNotRunning))
 }
 
 /// [`with_python_as`], with `object` a `PyObject*` that the caller lends for the call.

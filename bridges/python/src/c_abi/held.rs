@@ -175,6 +175,40 @@ pub unsafe extern "C" fn rsdlpack_imported_release_after(
     unsafe { entry_point(error_out, body) }
 }
 
+/// As [`rsdlpack_imported_release_after`], for a caller whose `stream` may be destroyed before
+/// the release has recorded its event there (a graph capture of `stream` defers that record
+/// past this call): root `root_id` (for Julia: a root of the calling task's `CuStream`) comes
+/// back through `rsdlpack_py_take_released_roots` once the event is recorded on `stream`, and
+/// never before; at once when nothing is recorded there (host memory, `stream` -1 or refused,
+/// a null handle).
+///
+/// # Safety
+/// As [`rsdlpack_imported_release_after`]; `stream` stays live while `root_id` is rooted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsdlpack_imported_release_after_kept(
+    handle: *mut std::ffi::c_void,
+    stream: i64,
+    root_id: u64,
+    error_out: *mut *mut c_char,
+) -> i32 {
+    let keeper = StreamKeeper::new(root_id, give_back_root);
+    let body = || -> BridgeResult<()> {
+        // SAFETY: null or an unconsumed handle (this entry point's contract); consumed here.
+        let Some(held) = (unsafe { Held::take(handle) }) else {
+            return Ok(());
+        };
+        // SAFETY: forwarded from this entry point's contract.
+        let (release, refused) = unsafe { release_after_kept(held.tensor, stream, Some(keeper)) };
+        let released = release::release_here_or_defer(release);
+        match refused {
+            Some(error) => Err(error.into()),
+            None => Ok(released?),
+        }
+    };
+    // SAFETY: `error_out` is null or writable (this entry point's contract).
+    unsafe { entry_point(error_out, body) }
+}
+
 /// `tensor`'s release, ordered after the caller's `stream` where it names a CUDA stream, and
 /// the refusal of a `stream` value that names none (the release is made all the same).
 ///
@@ -184,11 +218,31 @@ unsafe fn release_after(
     tensor: ImportedTensor,
     stream: i64,
 ) -> (PendingRelease, Option<rsdlpack::Error>) {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { release_after_kept(tensor, stream, None) }
+}
+
+/// [`release_after`], with what keeps the caller's stream alive until its event is recorded
+/// (dropped at once where no event is recorded there).
+///
+/// # Safety
+/// As [`release_after`].
+unsafe fn release_after_kept(
+    tensor: ImportedTensor,
+    stream: i64,
+    keeper: Option<StreamKeeper>,
+) -> (PendingRelease, Option<rsdlpack::Error>) {
     match StreamRequest::from_value(stream) {
-        Ok(request) => match request.cuda_handle() {
-            // SAFETY: 1, 2 or a live stream of the tensor's device (this function's contract).
-            Some(caller) => (unsafe { tensor.into_release_after(caller) }, None),
-            None => (tensor.into_release(), None),
+        Ok(request) => match (request.cuda_handle(), keeper) {
+            // SAFETY: 1, 2 or a live stream of the tensor's device (this function's contract),
+            // kept alive by `keeper` until recorded.
+            (Some(caller), Some(keeper)) => (
+                unsafe { tensor.into_release_after_kept(caller, keeper) },
+                None,
+            ),
+            // SAFETY: as above.
+            (Some(caller), None) => (unsafe { tensor.into_release_after(caller) }, None),
+            (None, _) => (tensor.into_release(), None),
         },
         Err(error) => (tensor.into_release(), Some(error)),
     }
@@ -436,6 +490,48 @@ mod tests {
             assert_eq!(taken_of(&ids), [ids[3], ids[4]]);
             // The handle still works after the call.
             assert_eq!(release_after(host, -1), (0, String::new()));
+        });
+    }
+
+    /// `rsdlpack_imported_release_after_kept`'s code.
+    fn release_after_kept(handle: *mut std::ffi::c_void, stream: i64, root_id: u64) -> i32 {
+        let mut message: *mut c_char = std::ptr::null_mut();
+        // SAFETY: an unconsumed handle (or null); `message` is writable.
+        let code =
+            unsafe { rsdlpack_imported_release_after_kept(handle, stream, root_id, &mut message) };
+        if !message.is_null() {
+            // SAFETY: a message the entry point wrote, freed once.
+            unsafe { super::super::border::rsdlpack_error_free(message) };
+        }
+        code
+    }
+
+    /// Asserts what happens without a driver (CI): the caller's stream's root comes back with
+    /// the release (its event recorded, or tried), as the import's does, and at once where
+    /// nothing is recorded on it: host memory, `stream=-1`, a refused stream, a null handle.
+    #[test]
+    fn without_a_driver_the_callers_stream_root_comes_back_with_the_release() {
+        require_no_driver();
+        let ids = [9101, 9102, 9103, 9104, 9105, 9106];
+        let _queue = crate::export::roots::QUEUE_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Python::attach(|_py| {
+            let (handle, count) = handle_on(CUDA0, StreamRequest::Handle(0x1230));
+            // SAFETY: an unconsumed handle, used by nothing else meanwhile.
+            unsafe { rsdlpack_imported_keep_stream_alive(handle, ids[0]) };
+            assert_eq!(release_after_kept(handle, 0x4560, ids[1]), 2, "no driver");
+            assert_eq!(taken_of(&ids), [ids[0], ids[1]], "both streams' roots");
+            assert_eq!(count.load(Ordering::SeqCst), 1);
+
+            let (host, _) = handle_on(Device::CPU, StreamRequest::Omitted);
+            assert_eq!(release_after_kept(host, 0x4560, ids[2]), 0);
+            let (device, _) = handle_on(CUDA0, StreamRequest::Handle(0x1230));
+            assert_eq!(release_after_kept(device, -1, ids[3]), 2, "no driver");
+            let (refused, _) = handle_on(Device::CPU, StreamRequest::Omitted);
+            assert_eq!(release_after_kept(refused, 0, ids[4]), 1, "stream=0");
+            assert_eq!(release_after_kept(std::ptr::null_mut(), 0x4560, ids[5]), 0);
+            assert_eq!(taken_of(&ids), [ids[2], ids[3], ids[4], ids[5]]);
         });
     }
 

@@ -7,14 +7,17 @@ use super::border::{attach_for, entry_point, with_object_as};
 use super::held::Held;
 use super::managed::RsdlImportOptions;
 use super::values::{
-    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_ANY, RSDLPACK_PLAN_WRITABLE_TYPE, RsdlAccess,
-    RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
+    RSDLPACK_CALL_DECLINE_REFUSALS, RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_ANY,
+    RSDLPACK_PLAN_WRITABLE_TYPE, RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
 };
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
 use crate::export::roots;
 use crate::import::import;
+use crate::python::names;
 use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
 use rsdlpack::layout::{
     Access, ArrayPlan, ArrayRequest, CopyPolicy, Decision, IndexOrder, Target, decide,
 };
@@ -157,8 +160,9 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan(
     }
 }
 
-/// As `rsdlpack_py_import_plan`, with `flags` (a bitwise or of `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`
-/// and `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused with `RSDL_ERROR_CODE_INVALID`).
+/// As `rsdlpack_py_import_plan`, with `flags` (a bitwise or of `RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+/// `RSDLPACK_PLAN_WRITABLE_TYPE` and `RSDLPACK_CALL_DECLINE_REFUSALS`; other bits are refused
+/// with `RSDL_ERROR_CODE_INVALID`).
 /// A separate entry point, so that `RsdlPlanOptions` keeps its layout for existing callers.
 ///
 /// # Safety
@@ -206,12 +210,14 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan_with_flags(
 }
 
 /// The import both one-crossing entry points make, less the plan: `flags` checked
-/// (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` and `RSDLPACK_PLAN_WRITABLE_TYPE`, which sets
-/// [`Access::WritableType`]; other bits refused, naming `function`), the options read, `object`
-/// imported (under the GIL, as `flags` allow) and `plan` run on the tensor with the request.
-/// When `plan` answers `true` the caller holds the tensor: its handle for the functions of
-/// [`super::held`] comes back. Otherwise, and on every error, the tensor is dropped under the
-/// GIL (its deleter runs now) and the answer is null or the error.
+/// (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`, `RSDLPACK_PLAN_WRITABLE_TYPE`, which sets
+/// [`Access::WritableType`], and `RSDLPACK_CALL_DECLINE_REFUSALS`; other bits refused, naming
+/// `function`), the options read, `object` imported (under the GIL, as `flags` allow) and
+/// `plan` run on the tensor with the request. When `plan` answers `true` the caller holds the
+/// tensor: its handle for the functions of [`super::held`] comes back. Otherwise, and on every
+/// error, the tensor is dropped under the GIL (its deleter runs now) and the answer is null or
+/// the error ([`refusal`]'s: a type object named as one, declinable errors declined when
+/// `flags` ask).
 ///
 /// # Safety
 /// `object` must be a live `PyObject*`; `plan_options` readable (non-null); `import_options`
@@ -229,7 +235,9 @@ pub(super) unsafe fn import_then(
     let attach = attach_for(
         function,
         flags,
-        RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_PLAN_WRITABLE_TYPE,
+        RSDLPACK_CALL_REFUSE_WITHOUT_GIL
+            | RSDLPACK_PLAN_WRITABLE_TYPE
+            | RSDLPACK_CALL_DECLINE_REFUSALS,
     )?;
     // SAFETY: `plan_options` is readable (this function's contract).
     let mut request = unsafe { *plan_options }.parse()?;
@@ -241,9 +249,9 @@ pub(super) unsafe fn import_then(
     // SAFETY: `object` is a live object the caller lends us for the call.
     unsafe {
         with_object_as(attach, object, |object| {
-            let tensor = import(object, &import_request)?;
+            let tensor = import(object, &import_request).map_err(|e| refusal(object, flags, e))?;
             // On error or `false`, `tensor` drops here, under the GIL: its deleter runs now.
-            if !plan(tensor.descriptor(), &request)? {
+            if !plan(tensor.descriptor(), &request).map_err(|e| refusal(object, flags, e))? {
                 return Ok(std::ptr::null_mut());
             }
             let held = Held {
@@ -252,5 +260,25 @@ pub(super) unsafe fn import_then(
             };
             Ok(held.into_handle())
         })
+    }
+}
+
+/// What an import of `object` that failed with `error` reports, decided on the error path
+/// only: for a Python type object (`torch.Tensor` itself, whose `__dlpack__` is an unbound
+/// method), that it is a class, whatever the call raised; then, when `flags` carry
+/// `RSDLPACK_CALL_DECLINE_REFUSALS`, a [`BridgeError::declinable`] error as
+/// [`BridgeError::Declined`].
+#[cold]
+pub(super) fn refusal(object: &Bound<'_, PyAny>, flags: u32, error: BridgeError) -> BridgeError {
+    let error = match object.cast::<PyType>() {
+        Ok(ty) => BridgeError::TypeObject {
+            type_name: names::with_module(ty, false),
+        },
+        Err(_) => error,
+    };
+    if flags & RSDLPACK_CALL_DECLINE_REFUSALS != 0 && error.declinable() {
+        BridgeError::Declined(Box::new(error))
+    } else {
+        error
     }
 }

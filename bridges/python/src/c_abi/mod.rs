@@ -4,7 +4,9 @@
 //! - [`import_plan`]: `rsdlpack_py_import_plan`, import + validate + plan in one call (Julia's
 //!   `from_dlpack`), whose handles [`held`] copies and releases, now or later;
 //!   [`strided_plan`]: the same call answering with the strided plan (Julia's
-//!   `from_dlpack(StridedView, t)`), with the same handles;
+//!   `from_dlpack(StridedView, t)`), with the same handles; [`tensor_device`]: where an
+//!   object's tensor lives, asked before an import whose target depends on it (Julia's
+//!   `pyconvert` rules), declining objects that are not tensors;
 //! - [`share`]: a Julia array exported in one call (Julia's `share`), into an exporter or a
 //!   consumer's type;
 //! - [`managed`]: one `DLManagedTensorVersioned*` in or out (`rsdlpack_py_import`,
@@ -22,6 +24,8 @@ pub mod values;
 pub mod import_plan;
 
 pub mod strided_plan;
+
+pub mod tensor_device;
 
 pub mod held;
 
@@ -43,7 +47,7 @@ pub use cuda::{
 };
 pub use held::{
     rsdlpack_imported_copy_into, rsdlpack_imported_release, rsdlpack_imported_release_after,
-    rsdlpack_imported_release_later,
+    rsdlpack_imported_release_after_kept, rsdlpack_imported_release_later,
 };
 pub use import_plan::{
     RsdlImportResult, RsdlPlanOptions, rsdlpack_py_import_plan, rsdlpack_py_import_plan_with_flags,
@@ -63,8 +67,10 @@ pub use share::{
 };
 pub use sizes::{RsdlStructId, rsdlpack_struct_size};
 pub use strided_plan::{RsdlStridedPlan, rsdlpack_py_import_strided_plan};
+pub use tensor_device::rsdlpack_py_tensor_device;
 pub use values::{
-    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM, RSDLPACK_PLAN_ANY,
-    RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
-    RsdlAccess, RsdlCopy, RsdlDense, RsdlIndexOrder, RsdlTarget,
+    RSDLPACK_CALL_DECLINE_REFUSALS, RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_MAX_NDIM,
+    RSDLPACK_PLAN_ANY, RSDLPACK_PLAN_WRITABLE_TYPE, RSDLPACK_RAW_CODE_BASE,
+    RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES, RSDLPACK_SHARE_STREAM_KEPT, RsdlAccess, RsdlCopy,
+    RsdlDense, RsdlIndexOrder, RsdlTarget,
 };

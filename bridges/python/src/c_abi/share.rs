@@ -6,7 +6,8 @@
 use super::border::{attach_for, entry_point, quietly, with_object_as, with_python_as};
 use super::import_plan::index_order;
 use super::values::{
-    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES, RsdlAccess,
+    RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
+    RSDLPACK_SHARE_STREAM_KEPT, RsdlAccess,
 };
 use crate::error::refuse_null;
 use crate::error::{BridgeError, BridgeResult};
@@ -15,6 +16,7 @@ use crate::export::roots::{self, JuliaRoot};
 use crate::export::share_into::share_into;
 use pyo3::{Bound, IntoPyObject, ffi};
 use rsdlpack::dlpark::ffi::{DLDevice, DLDeviceType};
+use rsdlpack::export::plan::ProducerReady;
 use rsdlpack::{Device, ElementType, TensorDescriptor};
 use std::ffi::c_char;
 
@@ -71,8 +73,9 @@ pub unsafe extern "C" fn rsdlpack_py_share(
     unsafe { rsdlpack_py_share_with_flags(array, 0, out, error_out) }
 }
 
-/// As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL` or 0; other bits
-/// are refused with `RSDL_ERROR_CODE_INVALID`, and nothing then refers to the root).
+/// As [`rsdlpack_py_share`], with `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+/// `RSDLPACK_SHARE_STREAM_KEPT`, or 0; other bits are refused with `RSDL_ERROR_CODE_INVALID`,
+/// and nothing then refers to the root).
 ///
 /// # Safety
 /// As [`rsdlpack_py_share`].
@@ -88,7 +91,7 @@ pub unsafe extern "C" fn rsdlpack_py_share_with_flags(
         let attach = attach_for(
             "rsdlpack_py_share_with_flags",
             flags,
-            RSDLPACK_CALL_REFUSE_WITHOUT_GIL,
+            RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_SHARE_STREAM_KEPT,
         )?;
         // SAFETY: readable (checked non-null; caller's contract).
         let array = unsafe { &*array };
@@ -96,6 +99,8 @@ pub unsafe extern "C" fn rsdlpack_py_share_with_flags(
         // SAFETY: forwarded from this entry point's contract.
         let describe = |descriptor: &mut _| unsafe { describe(array, descriptor) };
         let exporter = Exporter::of_julia_array(root, stream, describe)?;
+        // SAFETY: the root keeps the stream alive (the flag's contract).
+        let exporter = unsafe { kept_stream(exporter, flags, stream) };
         let exporter = with_python_as(attach, |py| {
             Ok(exporter
                 .into_pyobject(py)
@@ -154,7 +159,9 @@ pub unsafe extern "C" fn rsdlpack_py_share_into_with_flags(
         let attach = attach_for(
             "rsdlpack_py_share_into_with_flags",
             flags,
-            RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES,
+            RSDLPACK_CALL_REFUSE_WITHOUT_GIL
+                | RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES
+                | RSDLPACK_SHARE_STREAM_KEPT,
         )?;
         let exporter_for_non_types = flags & RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES != 0;
         // SAFETY: readable (checked non-null; caller's contract).
@@ -163,19 +170,23 @@ pub unsafe extern "C" fn rsdlpack_py_share_into_with_flags(
         let mut described = TensorDescriptor::empty();
         // SAFETY: forwarded from this entry point's contract.
         unsafe { describe(array, &mut described) }?;
-        // SAFETY: a live object (caller's contract), borrowed for the call.
+        // SAFETY: a live object (caller's contract), borrowed for the call; with
+        // `RSDLPACK_SHARE_STREAM_KEPT` the root keeps the stream alive (`kept_stream`'s need).
         let object = unsafe {
             with_object_as(attach, r#type, |object| {
                 match object.cast::<pyo3::types::PyType>() {
                     Ok(ty) => Ok(share_into(ty, &described, root, stream)?.unbind()),
                     Err(_) if exporter_for_non_types => {
-                        Exporter::of_julia_array(root, stream, |descriptor| {
+                        let exporter = Exporter::of_julia_array(root, stream, |descriptor| {
                             *descriptor = described;
                             Ok(())
-                        })?
-                        .into_pyobject(object.py())
-                        .map(Bound::unbind)
-                        .map_err(|e| BridgeError::producer("creating the exporter", e))
+                        })?;
+                        // Inside the unsafe block above: the root keeps the stream alive (the
+                        // flag's contract), as `kept_stream` requires.
+                        kept_stream(exporter, flags, stream)
+                            .into_pyobject(object.py())
+                            .map(Bound::unbind)
+                            .map_err(|e| BridgeError::producer("creating the exporter", e))
                     }
                     Err(_) => Err(BridgeError::NotAType {
                         got: object.to_string(),
@@ -189,6 +200,20 @@ pub unsafe extern "C" fn rsdlpack_py_share_into_with_flags(
     };
     // SAFETY: `error_out` is null or writable (this entry point's contract).
     unsafe { entry_point(error_out, body) }
+}
+
+/// `exporter`, recording at each export on `stream` when `flags` say the root keeps it alive
+/// (`RSDLPACK_SHARE_STREAM_KEPT`; see [`rsdlpack::export::plan::producer_ready`]).
+///
+/// # Safety
+/// With the flag, `stream` stays live while the exporter's root is held.
+unsafe fn kept_stream(exporter: Exporter, flags: u32, stream: Option<usize>) -> Exporter {
+    let kept = flags & RSDLPACK_SHARE_STREAM_KEPT != 0;
+    match rsdlpack::export::plan::producer_ready(stream, kept) {
+        // SAFETY: forwarded from this function's contract.
+        ProducerReady::AtEachExport(stream) => unsafe { exporter.ready_at_each_export(stream) },
+        ProducerReady::AtShare => exporter,
+    }
 }
 
 /// The answer of both share entry points around `object`, a new reference.

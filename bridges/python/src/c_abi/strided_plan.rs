@@ -125,8 +125,9 @@ impl RsdlStridedPlan {
 /// with its strided plan for the array `plan_options` describes, all in one call, written to
 /// `*out`. `plan_options` and `flags` mean what they mean for
 /// `rsdlpack_py_import_plan_with_flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
-/// `RSDLPACK_PLAN_WRITABLE_TYPE`), except that every layout is a view: a copy is made only for
-/// `copy=1`, or for misaligned data under `copy=-1` (host targets only), and `dense` must be 0.
+/// `RSDLPACK_PLAN_WRITABLE_TYPE`, `RSDLPACK_CALL_DECLINE_REFUSALS`), except that every layout
+/// is a view: a copy is made only for `copy=1`, or for misaligned data under `copy=-1` (host
+/// targets only), and `dense` must be 0.
 ///
 /// When `out->kind` is a view or a copy, `out->tensor` is an owned handle for
 /// `rsdlpack_imported_copy_into` and the release functions; for empty results it is null and

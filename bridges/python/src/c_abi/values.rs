@@ -139,6 +139,25 @@ pub const RSDLPACK_PLAN_WRITABLE_TYPE: u32 = 4;
 /// types and functions alike) asks what `consumer` is only once the call has succeeded.
 pub const RSDLPACK_SHARE_EXPORTER_FOR_NON_TYPES: u32 = 8;
 
+/// `flags` bit of `rsdlpack_py_import_plan_with_flags`, `rsdlpack_py_import_strided_plan` and
+/// `rsdlpack_py_tensor_device`: when the object is not one to import — not a tensor (no
+/// `__dlpack__`, or a Python type object such as `torch.Tensor` itself), a tensor whose
+/// producer refuses to export it (torch's `requires_grad`, `nn.Parameter`, conjugate- and
+/// negative-bit or sparse tensors, a sharded JAX array), or one that cannot be exchanged as
+/// asked (another device, element type, rank or layout) — answer `RSDL_ERROR_CODE_DECLINED`
+/// instead of the import's own code (`NOT_DLPACK`, `PRODUCER` or `BUFFER`; the message is the
+/// same). Every other error keeps its code. For a converter that passes such objects on to
+/// other converters (Julia's PythonCall `pyconvert` rules).
+pub const RSDLPACK_CALL_DECLINE_REFUSALS: u32 = 16;
+
+/// `flags` bit of `rsdlpack_py_share_with_flags` and `rsdlpack_py_share_into_with_flags`: the
+/// root `array.root_id` keeps the stream `array.stream` alive too (Julia roots the task's
+/// `CuStream` with the array), so an exporter of CUDA memory records a new event on that stream
+/// at each `__dlpack__` (each consumer then waits for the writes enqueued up to its own call,
+/// not only up to the share). Without it, one event at the share, after which the stream may
+/// be gone.
+pub const RSDLPACK_SHARE_STREAM_KEPT: u32 = 32;
+
 /// `RsdlPlanOptions.element_code` and `RsdlPlanOptions.ndims`: any element type, any rank.
 pub const RSDLPACK_PLAN_ANY: i64 = -1;
 

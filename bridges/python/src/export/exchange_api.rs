@@ -24,7 +24,7 @@
 //! Every function catches panics: none crosses the C boundary.
 
 use super::allocator::managed_tensor_allocator;
-use super::exporter::{Exporter, ExporterObject};
+use super::exporter::{Exporter, ExporterObject, ExporterRef};
 use crate::error::{BridgeError, BridgeResult, refuse_null};
 use crate::import::exchange_api::CAPSULE_NAME;
 use crate::python::names;
@@ -92,7 +92,7 @@ fn python_side(body: impl FnOnce(Python<'_>) -> BridgeResult<()>) -> c_int {
 fn exporter<'a>(
     object: &'a Bound<'_, PyAny>,
     function: &'static str,
-) -> BridgeResult<&'a ExporterObject> {
+) -> BridgeResult<ExporterRef<'a>> {
     ExporterObject::of_object(object).ok_or_else(|| BridgeError::NotOurExporter {
         function,
         type_name: names::of_object(object),

@@ -38,18 +38,26 @@ use rsdlpack::export::described::{
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
-use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
+use rsdlpack::release::ConsumerStreams;
+use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, PendingRelease, TensorDescriptor};
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
+use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// An exporter's one allocation: its Python object (`rsdlpack.DLPackTensor`, whose layout
 /// this is), the count of its holders, and the source.
+///
+/// Reached through [`ExporterRef`] (a pointer with the allocation's provenance), never freed
+/// through a pointer derived from `&ExporterObject` (see [`SlotOwner`]).
 #[repr(C)]
 pub(crate) struct ExporterObject {
     /// Python's object header, written when the exporter becomes an object
-    /// ([`Exporter::into_object_of`]); Python's alone from then on, under the GIL.
-    header: MaybeUninit<ffi::PyObject>,
+    /// ([`Exporter::into_object_of`]); Python's alone from then on, under the GIL. In an
+    /// `UnsafeCell`: Python writes the reference count while Rust holds `&ExporterObject`.
+    header: UnsafeCell<MaybeUninit<ffi::PyObject>>,
     /// The Python object (or, before, the [`Exporter`] that will become it) and each capsule
     /// of the source's own memory.
     holders: AtomicUsize,
@@ -62,6 +70,12 @@ pub(crate) struct ExporterObject {
     /// stream itself is not used again (it may be gone by the time a consumer comes).
     /// `None` for other memory, and where no driver exists (ordering then fails as it would).
     ready: Option<ReadyEvent>,
+    /// The streams consumers were handed the source's device memory on: its release waits for
+    /// their work (see [`release_memory`]).
+    consumers: ConsumerStreams,
+    /// The producer's stream, kept alive with the memory, when each export records its own
+    /// event there ([`plan::ProducerReady::AtEachExport`]) rather than waiting for `ready`.
+    producer: Option<usize>,
 }
 
 // SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
@@ -75,6 +89,33 @@ enum Keeper {
     Tensor(#[allow(dead_code)] ManagedTensor),
     /// A Julia array: its root is released when the source drops.
     JuliaArray(#[allow(dead_code)] JuliaRoot),
+}
+
+/// Gives the source's memory back (drops `memory`) once the work its consumers enqueued on it
+/// so far is complete: an event on each stream a consumer was handed the memory on, and the
+/// release queued until they have completed (see [`rsdlpack::PendingRelease::of_export`]).
+/// Never waits and runs no Python (any thread: a capsule's deleter runs where its consumer
+/// frees it); memory no consumer was handed on a stream is given back at once.
+fn release_memory(memory: Keeper, descriptor: &TensorDescriptor, consumers: &ConsumerStreams) {
+    // Host memory (the common case) never noted a stream: no lock taken for it.
+    if !ordered_by_streams(descriptor.device().kind) {
+        return drop(memory);
+    }
+    let streams = consumers.take();
+    if streams.is_empty() {
+        return drop(memory);
+    }
+    // The keeper in a managed tensor of its own, the shape a release takes; restating the
+    // export's own descriptor cannot fail, and on error the keeper is dropped (given back).
+    let Ok(managed) = rsdlpack::export::export_versioned(descriptor, memory, 3) else {
+        return;
+    };
+    // SAFETY: each stream is one a consumer named for this device's memory and works on it
+    // (live until its tensor is released, which is now: see `of_export`).
+    let release = unsafe {
+        PendingRelease::of_export(ManagedTensor::Versioned(managed), descriptor, &streams)
+    };
+    crate::python::release::defer(release);
 }
 
 /// The exporter type once built (null before): objects of this type, and only those (it allows
@@ -144,6 +185,8 @@ impl Building {
             (&raw mut (*place).slot).write(HeaderSlot::new());
             (&raw mut (*place)._memory).write(memory);
             (&raw mut (*place).ready).write(ready);
+            (&raw mut (*place).consumers).write(ConsumerStreams::new());
+            (&raw mut (*place).producer).write(None);
         }
         let exporter = Exporter(self.0);
         std::mem::forget(self);
@@ -194,6 +237,20 @@ impl Exporter {
             return Err(error);
         }
         building.finish(Keeper::JuliaArray(root), stream)
+    }
+
+    /// Makes each export record its own event on `stream` (the producer's, for device memory)
+    /// instead of waiting for the one recorded when the exporter was made: writes enqueued
+    /// there between the share and a consumer's `__dlpack__` are ordered too.
+    ///
+    /// # Safety
+    /// `stream` is 1, 2 or a `CUstream` of the memory's device that stays live as long as the
+    /// exporter's memory is kept (its root keeps it: `RSDLPACK_SHARE_STREAM_KEPT`).
+    pub unsafe fn ready_at_each_export(self, stream: usize) -> Self {
+        // SAFETY: the exporter is the allocation's one holder (not yet an object), so nothing
+        // reads the field meanwhile.
+        unsafe { (*self.0.as_ptr()).producer = Some(stream) };
+        self
     }
 
     /// The exporter as a new object of the exporter type `ty`, which takes over its hold.
@@ -256,9 +313,9 @@ unsafe impl SlotOwner for ExporterObject {
     fn slot(&self) -> &HeaderSlot {
         &self.slot
     }
-    fn retain(&self) {
-        // As `Arc::clone`: a new holder comes from an existing one, so no ordering is needed.
-        self.holders.fetch_add(1, Ordering::Relaxed);
+    unsafe fn retain(owner: *const Self) {
+        // SAFETY: a live exporter whose holder the caller is (contract).
+        unsafe { Self::retain(owner) }
     }
     unsafe fn release(owner: *const Self) {
         // SAFETY: forwarded from this function's contract.
@@ -305,7 +362,7 @@ impl ExporterObject {
     pub(super) const SIZE: usize = size_of::<Self>();
 
     /// `object`'s exporter, when it is an exporter object.
-    pub(crate) fn of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a Self> {
+    pub(crate) fn of_object<'a>(object: &'a Bound<'_, PyAny>) -> Option<ExporterRef<'a>> {
         let ty = TYPE.load(Ordering::Acquire);
         // SAFETY: a live object's header.
         let ours = !ty.is_null() && unsafe { ffi::Py_TYPE(object.as_ptr()) } == ty;
@@ -318,9 +375,20 @@ impl ExporterObject {
     /// # Safety
     /// `object` is a live exporter object (a method's receiver, which its method descriptor
     /// checked), alive for `'a`.
-    pub(crate) unsafe fn of_receiver<'a>(object: *mut ffi::PyObject) -> &'a Self {
-        // SAFETY: an exporter object is its allocation's start (contract).
-        unsafe { &*object.cast::<Self>() }
+    pub(crate) unsafe fn of_receiver<'a>(object: *mut ffi::PyObject) -> ExporterRef<'a> {
+        // SAFETY: an exporter object is its allocation's start, and the object pointer is the
+        // allocation's own (`Exporter::into_object_of` handed it to Python) (contract).
+        unsafe { ExporterRef::new(NonNull::new_unchecked(object.cast())) }
+    }
+
+    /// Takes one more hold on the allocation at `object`.
+    ///
+    /// # Safety
+    /// `object` is a live exporter (built) whose holder the caller is.
+    unsafe fn retain(object: *const Self) {
+        // As `Arc::clone`: a new holder comes from an existing one, so no ordering is needed.
+        // SAFETY: live while the caller holds it (contract).
+        unsafe { (*object).holders.fetch_add(1, Ordering::Relaxed) };
     }
 
     /// Gives back one hold on the allocation at `object`; the last drops the source and frees
@@ -338,28 +406,19 @@ impl ExporterObject {
         std::sync::atomic::fence(Ordering::Acquire);
         let object = object.cast_mut();
         // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
-        // are dropped once (the keeper, then the event); the slot and the descriptor have
-        // none, and the header is Python's memory no longer (its object was deallocated, or
+        // are dropped once (the keeper moved out to its release, which may outlive the
+        // allocation; then the consumers' streams and the event); the slot and the descriptor
+        // have none, and the header is Python's memory no longer (its object was deallocated, or
         // never made). The allocation is `Box`'s (`Building::new`).
         unsafe {
-            std::ptr::drop_in_place(&raw mut (*object)._memory);
+            release_memory(
+                std::ptr::read(&raw const (*object)._memory),
+                &(*object).descriptor,
+                &(*object).consumers,
+            );
+            std::ptr::drop_in_place(&raw mut (*object).consumers);
             std::ptr::drop_in_place(&raw mut (*object).ready);
             drop(Box::from_raw(object.cast::<MaybeUninit<Self>>()));
-        }
-    }
-
-    /// What `__dlpack__` answers for `request` (see [`super::dlpack_method`]).
-    #[inline]
-    pub(crate) fn dlpack<'py>(
-        &self,
-        py: Python<'py>,
-        request: &ExportRequest,
-    ) -> BridgeResult<Bound<'py, PyCapsule>> {
-        crate::python::release::drain(py, crate::python::release::Wait::No);
-        let plan = plan_export(&self.facts(), request)?;
-        match plan.capsule {
-            Capsule::Versioned { minor } => into_capsule(py, self.versioned(plan.memory, minor)?),
-            Capsule::Legacy => into_capsule(py, self.legacy(plan.memory)?),
         }
     }
 
@@ -378,55 +437,6 @@ impl ExporterObject {
         }
     }
 
-    /// What `__dlpack__(max_version=(1, 3))` would hand out, as a managed tensor (for the C
-    /// exchange API, [`super::exchange_api`]). Memory a stream orders is made ready on the
-    /// legacy default stream, which is what that API's `current_work_stream` reports for it.
-    pub(crate) fn managed_no_sync(&self) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
-        let stream = exchange_api_stream(self.descriptor().device().kind);
-        let request = ExportRequest {
-            stream,
-            version: VersionRequest::Versioned {
-                minor: DLPackVersion::CURRENT.minor,
-            },
-            device: None,
-            copy: None,
-        };
-        let plan = plan_export(&self.facts(), &request)?;
-        self.versioned(plan.memory, DLPackVersion::CURRENT.minor)
-    }
-
-    /// A versioned tensor over `memory`, declaring 1.`minor`: the source's memory in its slot
-    /// while that is free. Called with the GIL held (every caller is a Python method or a
-    /// function of the C exchange API), which serialises the slot's claims.
-    fn versioned(
-        &self,
-        memory: Memory,
-        minor: u32,
-    ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
-        let owner = match self.carry_out(memory)? {
-            // SAFETY: the GIL serialises the exports of an exporter (see above).
-            Carried::Source => match unsafe { export_versioned_in_slot(self, minor) }? {
-                Some(tensor) => return Ok(tensor),
-                None => self.shared(),
-            },
-            Carried::Copy(owner) => owner,
-        };
-        Ok(export_versioned_described(owner, minor)?)
-    }
-
-    /// [`Self::versioned`] in the legacy ABI.
-    fn legacy(&self, memory: Memory) -> BridgeResult<Managed<DLManagedTensor>> {
-        let owner = match self.carry_out(memory)? {
-            // SAFETY: as in `versioned`.
-            Carried::Source => match unsafe { export_legacy_in_slot(self) }? {
-                Some(tensor) => return Ok(tensor),
-                None => self.shared(),
-            },
-            Carried::Copy(owner) => owner,
-        };
-        Ok(export_legacy_described(owner)?)
-    }
-
     /// Orders the legacy default stream after the stream that wrote a CUDA or managed source
     /// (an event, no host wait); nothing for other devices.
     pub(crate) fn ready_on_default_stream(&self) -> BridgeResult<()> {
@@ -439,10 +449,22 @@ impl ExporterObject {
     /// Makes `consumer` (1, 2 or a live `CUstream` of the source's device) wait for the
     /// producer's writes.
     fn order_before(&self, consumer: usize) -> BridgeResult<()> {
+        if let Some(producer) = self.producer {
+            let device = self.descriptor().device();
+            // SAFETY: the producer's stream is kept alive with the memory
+            // (`ready_at_each_export`); `consumer` as below.
+            unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?;
+            self.consumers.note(consumer);
+            return Ok(());
+        }
         match &self.ready {
-            // SAFETY: `consumer` is the stream the DLPack consumer will use, which the protocol
-            // requires to be live on this device (or the legacy default stream).
-            Some(ready) => Ok(unsafe { ready.order_before(consumer) }?),
+            Some(ready) => {
+                // SAFETY: `consumer` is the stream the DLPack consumer will use, which the
+                // protocol requires to be live on this device (or the legacy default stream).
+                unsafe { ready.order_before(consumer) }?;
+                self.consumers.note(consumer);
+                Ok(())
+            }
             // Recorded for all memory streams order, except without a driver: that's the answer.
             None => Ok(rsdlpack::cuda::driver()?),
         }
@@ -460,12 +482,29 @@ impl ExporterObject {
                 Ok(Carried::Source)
             }
             Memory::HostCopy => {
-                // SAFETY: the source's memory is alive (we own it) and host-readable (the plan
-                // copies only such memory; materialize refuses other devices). Holders of
-                // earlier capsules may write it concurrently: DLPack leaves synchronising
-                // writers of shared memory to its users, and the copy moves plain bytes, so a
-                // racing writer yields a mix of old and new values, never invalid ones.
-                let buffer = unsafe { materialize(descriptor, IndexOrder::Producer) }?;
+                // SAFETY: every caller holds the GIL (a Python method or a function of the C
+                // exchange API, see `versioned`).
+                let py = unsafe { Python::assume_attached() };
+                let fresh = self.ready_now()?;
+                let ready = fresh
+                    .as_ref()
+                    .or(self.ready.as_ref())
+                    .filter(|_| plan::host_copy_after_producer(descriptor.device().kind));
+                // The producer's writes to managed memory are waited for, with the GIL
+                // released, before the host reads it (on a device without
+                // concurrentManagedAccess a host touch while a kernel runs faults).
+                let buffer = py.detach(|| -> BridgeResult<AlignedBuffer> {
+                    if let Some(ready) = ready {
+                        ready.wait_on_host()?;
+                    }
+                    // SAFETY: the source's memory is alive (we own it) and host-readable (the
+                    // plan copies only such memory; materialize refuses other devices).
+                    // Holders of earlier capsules may write it concurrently: DLPack leaves
+                    // synchronising writers of shared memory to its users, and the copy moves
+                    // plain bytes, so a racing writer yields a mix of old and new values, never
+                    // invalid ones.
+                    Ok(unsafe { materialize(descriptor, IndexOrder::Producer) }?)
+                })?;
                 let spec = Box::new(descriptor.copied_at(buffer.as_ptr() as usize));
                 Ok(Carried::Copy(CapsuleOwner::Copy(buffer, spec)))
             }
@@ -473,21 +512,133 @@ impl ExporterObject {
                 if self.ready.is_none() {
                     rsdlpack::cuda::driver()?;
                 }
+                // SAFETY: as above.
+                let py = unsafe { Python::assume_attached() };
+                let fresh = self.ready_now()?;
+                let ready = fresh.as_ref().or(self.ready.as_ref());
+                // The copy waits for the device (the producer's work, then the copy): with the
+                // GIL released, so that other Python threads run and a producer stream whose
+                // host function takes the GIL can finish.
                 // SAFETY: the source's device memory is alive (we own it).
-                let host = unsafe {
-                    rsdlpack::cuda::to_host::copy_to_host(descriptor, self.ready.as_ref())
-                }?;
+                let host = py.detach(|| unsafe {
+                    rsdlpack::cuda::to_host::copy_to_host(descriptor, ready)
+                })?;
                 Ok(Carried::Copy(CapsuleOwner::HostCopy(Box::new(host))))
             }
         }
     }
 
+    /// A new event on the producer's stream, for an exporter that records at each export
+    /// (`None` for the others, which wait for `ready`).
+    fn ready_now(&self) -> BridgeResult<Option<ReadyEvent>> {
+        let Some(producer) = self.producer.filter(|_| self.ready.is_some()) else {
+            return Ok(None);
+        };
+        let device = self.descriptor().device();
+        // SAFETY: the producer's stream is kept alive with the memory (`ready_at_each_export`).
+        Ok(Some(unsafe { ReadyEvent::record(device.id, producer) }?))
+    }
+}
+
+/// An exporter reached through a pointer with its allocation's provenance (a Python object
+/// pointer, or the allocation's `Box` pointer), borrowed for `'a` by a caller that holds it.
+/// Reads go through `Deref`; new holds (a capsule's) are taken, and may later free the
+/// allocation, through the pointer itself, never through one derived from `&ExporterObject`.
+#[derive(Clone, Copy)]
+pub(crate) struct ExporterRef<'a>(NonNull<ExporterObject>, PhantomData<&'a ExporterObject>);
+
+impl Deref for ExporterRef<'_> {
+    type Target = ExporterObject;
+
+    #[inline]
+    fn deref(&self) -> &ExporterObject {
+        // SAFETY: live for `'a` (see `new`); only the header (in an `UnsafeCell`) and the
+        // atomics change while it is shared.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl<'a> ExporterRef<'a> {
+    /// # Safety
+    /// `object` is a built exporter, live for `'a`, with its allocation's provenance.
+    #[inline]
+    pub(crate) unsafe fn new(object: NonNull<ExporterObject>) -> Self {
+        Self(object, PhantomData)
+    }
+
+    /// What `__dlpack__` answers for `request` (see [`super::dlpack_method`]).
+    #[inline]
+    pub(crate) fn dlpack<'py>(
+        self,
+        py: Python<'py>,
+        request: &ExportRequest,
+    ) -> BridgeResult<Bound<'py, PyCapsule>> {
+        crate::python::release::drain(py, crate::python::release::Wait::No);
+        let plan = plan_export(&self.facts(), request)?;
+        match plan.capsule {
+            Capsule::Versioned { minor } => into_capsule(py, self.versioned(plan.memory, minor)?),
+            Capsule::Legacy => into_capsule(py, self.legacy(plan.memory)?),
+        }
+    }
+
+    /// What `__dlpack__(max_version=(1, 3))` would hand out, as a managed tensor (for the C
+    /// exchange API, [`super::exchange_api`]). Memory a stream orders is made ready on the
+    /// legacy default stream, which is what that API's `current_work_stream` reports for it.
+    pub(crate) fn managed_no_sync(self) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
+        let stream = exchange_api_stream(self.descriptor().device().kind);
+        let request = ExportRequest {
+            stream,
+            version: VersionRequest::Versioned {
+                minor: DLPackVersion::CURRENT.minor,
+            },
+            device: None,
+            copy: None,
+        };
+        let plan = plan_export(&self.facts(), &request)?;
+        self.versioned(plan.memory, DLPackVersion::CURRENT.minor)
+    }
+
+    /// A versioned tensor over `memory`, declaring 1.`minor`: the source's memory in its slot
+    /// while that is free. Called with the GIL held (every caller is a Python method or a
+    /// function of the C exchange API), which serialises the slot's claims.
+    fn versioned(
+        self,
+        memory: Memory,
+        minor: u32,
+    ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
+        let owner = match self.carry_out(memory)? {
+            // SAFETY: the allocation's pointer, held by the caller for the call (see `new`); the
+            // GIL serialises the exports of an exporter (see above).
+            Carried::Source => match unsafe { export_versioned_in_slot(self.0, minor) }? {
+                Some(tensor) => return Ok(tensor),
+                None => self.shared(),
+            },
+            Carried::Copy(owner) => owner,
+        };
+        Ok(export_versioned_described(owner, minor)?)
+    }
+
+    /// [`Self::versioned`] in the legacy ABI.
+    fn legacy(self, memory: Memory) -> BridgeResult<Managed<DLManagedTensor>> {
+        let owner = match self.carry_out(memory)? {
+            // SAFETY: as in `versioned`.
+            Carried::Source => match unsafe { export_legacy_in_slot(self.0) }? {
+                Some(tensor) => return Ok(tensor),
+                None => self.shared(),
+            },
+            Carried::Copy(owner) => owner,
+        };
+        Ok(export_legacy_described(owner)?)
+    }
+
+
     /// An owner over the source itself, for a capsule the slot cannot hold. Several capsules
     /// share the memory, so none may claim IS_COPIED (a private copy), whatever the source
     /// said.
-    fn shared(&self) -> CapsuleOwner {
-        self.retain();
-        let held = Held(NonNull::from(self));
+    fn shared(self) -> CapsuleOwner {
+        // SAFETY: live and held by the caller for `'a` (see `new`), the allocation's pointer.
+        unsafe { ExporterObject::retain(self.0.as_ptr()) };
+        let held = Held(self.0);
         // The source's own unless the flag must change.
         if self.descriptor().is_copied() {
             let restated = Box::new(self.descriptor().with_is_copied(false));
@@ -495,5 +646,153 @@ impl ExporterObject {
         } else {
             CapsuleOwner::Shared(held)
         }
+    }
+}
+
+/// Models of the exporter's allocation that need no Python (so Miri runs them, see
+/// scripts/miri.sh): the header slot, the holder count and the root queue, driven through the
+/// exporter's own code, with capsules released on other threads as consumers release them.
+#[cfg(test)]
+mod model_tests {
+    use super::*;
+    use crate::export::roots::{self, QUEUE_TESTS};
+    use rsdlpack::{Device, ElementType};
+
+    /// An exporter over a 3×4 Julia array (never read: the address is only described), rooted
+    /// by `id`.
+    fn julia_exporter(id: u64) -> Exporter {
+        Exporter::of_julia_array(JuliaRoot(id), None, |d| {
+            Ok(d.julia_layout_into(
+                4096,
+                Device::CPU,
+                ElementType::Float32,
+                &[3, 4],
+                &[1, 3],
+                IndexOrder::Producer,
+            )?)
+        })
+        .expect("a valid layout")
+    }
+
+    /// The exporter as a method's receiver sees it: the allocation's own pointer.
+    fn receiver(exporter: &Exporter) -> ExporterRef<'_> {
+        // SAFETY: built, and held by `exporter` for the borrow.
+        unsafe { ExporterRef::new(exporter.0) }
+    }
+
+    fn holders(exporter: &Exporter) -> usize {
+        receiver(exporter).holders.load(Ordering::SeqCst)
+    }
+
+    /// The ids released so far (the queue is process-wide: callers hold `QUEUE_TESTS`).
+    fn taken() -> Vec<u64> {
+        let mut out = [0u64; 16];
+        let mut all = Vec::new();
+        loop {
+            let n = roots::take_released(&mut out);
+            all.extend_from_slice(&out[..n]);
+            if n < out.len() {
+                return all;
+            }
+        }
+    }
+
+    const SHARED: Memory = Memory::Shared {
+        consumer_stream: None,
+    };
+
+    #[test]
+    fn model_slot_then_own_allocation_released_on_threads_frees_once() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = julia_exporter(11);
+        let at = receiver(&exporter);
+        let in_slot = at.versioned(SHARED, 3).unwrap();
+        assert!(at.slot().is_taken(), "the first capsule takes the slot");
+        let second = at.versioned(SHARED, 3).unwrap();
+        let legacy = at.legacy(SHARED).unwrap();
+        assert_eq!(holders(&exporter), 4, "the exporter and three capsules");
+        // Consumers release on their own threads; the exporter goes first, so a capsule's
+        // deleter frees the allocation.
+        drop(exporter);
+        let threads = [
+            std::thread::spawn(move || drop(in_slot)),
+            std::thread::spawn(move || drop(second)),
+            std::thread::spawn(move || drop(legacy)),
+        ];
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(
+            taken(),
+            [11],
+            "the root comes back once, after the last holder"
+        );
+    }
+
+    #[test]
+    fn model_the_slot_is_reused_after_its_deleter_ran_on_another_thread() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = julia_exporter(12);
+        for _ in 0..3 {
+            let capsule = receiver(&exporter).versioned(SHARED, 3).unwrap();
+            assert!(receiver(&exporter).slot().is_taken());
+            std::thread::spawn(move || drop(capsule)).join().unwrap();
+            assert!(!receiver(&exporter).slot().is_taken());
+            assert_eq!(holders(&exporter), 1);
+        }
+        assert_eq!(taken(), [] as [u64; 0], "the exporter still holds the root");
+        drop(exporter);
+        assert_eq!(taken(), [12]);
+    }
+
+    #[test]
+    fn model_holders_race_to_the_last_release() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = julia_exporter(13);
+        let capsules: Vec<_> = (0..4)
+            .map(|_| receiver(&exporter).versioned(SHARED, 3).unwrap())
+            .collect();
+        // The exporter's own hold dropped on a thread too, racing the capsules' deleters.
+        let threads: Vec<_> = capsules
+            .into_iter()
+            .map(|capsule| std::thread::spawn(move || drop(capsule)))
+            .chain(std::iter::once(std::thread::spawn(move || drop(exporter))))
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(taken(), [13]);
+    }
+
+    #[test]
+    fn model_roots_released_on_threads_each_come_back_once() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        // More than the slot holds at once: the queue behind it takes the rest, while this
+        // thread takes concurrently.
+        let threads: Vec<_> = (100..106)
+            .map(|id| std::thread::spawn(move || drop(julia_exporter(id))))
+            .collect();
+        let mut seen = taken();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        seen.extend(taken());
+        seen.sort_unstable();
+        assert_eq!(seen, (100..106).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn model_a_noted_root_released_on_another_thread_is_seen_by_its_call() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let (noted, released) = roots::NotedRoot::new(JuliaRoot(21));
+        assert!(!released.load(Ordering::Acquire));
+        std::thread::spawn(move || drop(noted)).join().unwrap();
+        assert!(released.load(Ordering::Acquire));
+        assert_eq!(taken(), [21]);
     }
 }

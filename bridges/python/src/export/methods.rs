@@ -9,7 +9,10 @@
 //! (the type cannot be instantiated from Python) and does not free: its `tp_dealloc` gives back
 //! the object's hold on the allocation, which outlives the object while a capsule's consumer
 //! holds the source. The type allows no subclasses, so an exporter object is told by its type
-//! alone ([`ExporterObject::of_object`]).
+//! alone ([`ExporterObject::of_object`]). It is immutable (`Py_TPFLAGS_IMMUTABLETYPE`, since
+//! CPython 3.10, the oldest this bridge serves): a mutable heap type lets Python assign
+//! `__new__`, after which `object.__new__` makes a zero-filled object of the type that every
+//! method would take for an exporter (test/python/test_exporter_type.py tries each way in).
 //!
 //! Kept apart from [`super::exporter`] so that the modules implementing the methods
 //! ([`super::dlpack_method`], [`super::exchange_api`]) use the exporter without it using them
@@ -17,7 +20,7 @@
 //! `managed_tensor_to_py_object_no_sync`, reached through this type's class attribute, makes
 //! its objects of the type published in [`super::exporter::TYPE`].
 
-use super::exporter::{Exporter, ExporterObject, TYPE};
+use super::exporter::{Exporter, ExporterObject, ExporterRef, TYPE};
 use crate::error::BridgeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -107,8 +110,12 @@ fn make_type(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
         name: c"rsdlpack.DLPackTensor".as_ptr(),
         basicsize: ExporterObject::SIZE as c_int,
         itemsize: 0,
-        // No BASETYPE (no subclasses), and only this crate makes objects.
-        flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION) as _,
+        // No BASETYPE (no subclasses), only this crate makes objects, and immutable: Python
+        // can assign none of its attributes (`__new__` among them, which would let
+        // `object.__new__` make a zero-filled object that is no exporter).
+        flags: (ffi::Py_TPFLAGS_DEFAULT
+            | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION
+            | ffi::Py_TPFLAGS_IMMUTABLETYPE) as _,
         slots: slots.as_mut_ptr(),
     };
     // SAFETY: a complete spec; CPython copies what it needs of it but the name and the method
@@ -116,9 +123,10 @@ fn make_type(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
     let raw = unsafe { ffi::PyType_FromSpec(&mut spec) };
     // SAFETY: a new reference to the type, or null with an exception set.
     let ty = unsafe { Bound::from_owned_ptr_or_err(py, raw) }?;
-    ty.setattr(
-        "__dlpack_c_exchange_api__",
-        super::exchange_api::capsule(py)?,
+    set_class_attribute(
+        &ty,
+        pyo3::intern!(py, "__dlpack_c_exchange_api__"),
+        super::exchange_api::capsule(py)?.as_any(),
     )?;
     let raw = ty.into_ptr().cast::<ffi::PyTypeObject>();
     // The type lives for the process: the reference published here is never released.
@@ -135,6 +143,26 @@ fn make_type(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
             Ok(published)
         }
     }
+}
+
+/// Sets the class attribute `name` of the immutable type `ty`, which `setattr` (the type's
+/// `__setattr__`) refuses: through the generic setter, which writes the type's dictionary,
+/// then `PyType_Modified`, which drops the attribute caches that may have seen it absent.
+fn set_class_attribute(
+    ty: &Bound<'_, PyAny>,
+    name: &Bound<'_, pyo3::types::PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: live objects for the call, the GIL held; `ty` is a type, made here and not yet
+    // seen by any other code.
+    let status =
+        unsafe { ffi::PyObject_GenericSetAttr(ty.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if status != 0 {
+        return Err(PyErr::fetch(ty.py()));
+    }
+    // SAFETY: as above; `ty` is a type object.
+    unsafe { ffi::PyType_Modified(ty.as_ptr().cast()) };
+    Ok(())
 }
 
 /// `tp_dealloc`: gives back the object's hold on its allocation (the last holder drops the
@@ -160,7 +188,7 @@ unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
 /// the receiver's type).
 unsafe fn method(
     slf: *mut ffi::PyObject,
-    body: impl for<'py> FnOnce(Python<'py>, &ExporterObject) -> PyResult<Bound<'py, PyAny>>,
+    body: impl for<'py> FnOnce(Python<'py>, ExporterRef<'_>) -> PyResult<Bound<'py, PyAny>>,
 ) -> *mut ffi::PyObject {
     // SAFETY: Python calls methods with the GIL held.
     let py = unsafe { Python::assume_attached() };

@@ -11,9 +11,8 @@
 //! next) never touches the lock. Ids released while the slot is full, and the slot's own
 //! sentinel id, go to the queue under its lock.
 
-use std::cell::Cell;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// The slot: one released id, or [`VACANT`].
 static LATEST: AtomicU64 = AtomicU64::new(VACANT);
@@ -27,19 +26,31 @@ static QUEUED: AtomicUsize = AtomicUsize::new(0);
 /// The owner inside an exported Julia array's tensor.
 pub struct JuliaRoot(pub u64);
 
-/// A [`JuliaRoot`] whose release is noted on the thread that drops it
-/// ([`last_released_here`]): the owner handed to a consumer's C API, which may release it
-/// before returning (see [`super::share_into`]).
-pub struct NotedRoot(pub JuliaRoot);
+/// A [`JuliaRoot`] whose release sets a flag that the call which handed it out keeps
+/// ([`Self::new`]): the owner handed to a consumer's C API, which may release it before
+/// returning, on whichever thread it likes (see [`super::share_into`]).
+pub struct NotedRoot {
+    _root: JuliaRoot,
+    released: Arc<AtomicBool>,
+}
 
-thread_local! {
-    /// The id of the noted root last released on this thread (see [`last_released_here`]).
-    static LAST_RELEASED: Cell<u64> = const { Cell::new(0) };
+impl NotedRoot {
+    /// The root, and the flag its drop sets.
+    pub fn new(root: JuliaRoot) -> (Self, Arc<AtomicBool>) {
+        let released = Arc::new(AtomicBool::new(false));
+        let noted = Self {
+            _root: root,
+            released: Arc::clone(&released),
+        };
+        (noted, released)
+    }
 }
 
 impl Drop for NotedRoot {
     fn drop(&mut self) {
-        LAST_RELEASED.set(self.0.0);
+        // Release: pairs with the Acquire load of whoever reads the flag; the root itself is
+        // queued just after (the field's drop), which the reader does not need.
+        self.released.store(true, Ordering::Release);
     }
 }
 
@@ -57,12 +68,6 @@ impl Drop for JuliaRoot {
             QUEUED.store(released.len(), Ordering::Release);
         }
     }
-}
-
-/// The id of the [`NotedRoot`] last dropped on this thread: tells whether a call that was
-/// handed one released it before returning.
-pub fn last_released_here() -> u64 {
-    LAST_RELEASED.get()
 }
 
 /// How many released root ids wait for Julia (a hint: it may change right after).

@@ -15,7 +15,7 @@
 //! The object must be of the type asked for (a subclass inheriting torch's table gets a plain
 //! `torch.Tensor` from it, which is refused by name).
 
-use super::roots::{self, JuliaRoot, NotedRoot};
+use super::roots::{JuliaRoot, NotedRoot};
 use crate::error::{BridgeError, BridgeResult};
 use crate::import::exchange_api::ExchangeApi;
 use crate::import::type_info::type_info_of;
@@ -23,6 +23,7 @@ use crate::python::names;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use rsdlpack::{DeviceKind, TensorDescriptor};
+use std::sync::atomic::Ordering;
 
 /// An object of type `ty` over the array `descriptor` describes, which root `root` keeps
 /// alive until the object's tensor is released. `stream` is the CUDA stream the array was
@@ -45,14 +46,15 @@ pub fn share_into<'py>(
         });
     }
     order_for_consumer(ty, api, descriptor, stream)?;
-    let root_id = root.0;
     let (_, minor) = api.version();
-    let tensor = rsdlpack::export::export_versioned(descriptor, NotedRoot(root), minor)?;
+    // The flag is this call's: a table may run the deleter on another thread before failing.
+    let (noted, released) = NotedRoot::new(root);
+    let tensor = rsdlpack::export::export_versioned(descriptor, noted, minor)?;
     let object = api.managed_tensor_to_py_object(
         ty.py(),
         || type_name(ty),
         tensor,
-        || roots::last_released_here() == root_id,
+        || released.load(Ordering::Acquire),
     )?;
     if !object.is_instance(ty).unwrap_or(false) {
         return Err(BridgeError::ObjectOfOtherType {

@@ -15,7 +15,7 @@ use rsdlpack::{Device, DeviceKind};
 
 /// `__dlpack_device__()`, which must answer a `(device_type, device_id)` tuple; `None` for an
 /// object without the method (the `__dlpack__` call then tells whether it speaks DLPack).
-pub(super) fn device_of(object: &Bound<'_, PyAny>) -> BridgeResult<Option<Device>> {
+pub(crate) fn device_of(object: &Bound<'_, PyAny>) -> BridgeResult<Option<Device>> {
     let py = object.py();
     let method = "__dlpack_device__";
     let answer = match call_method(

@@ -28,6 +28,8 @@ pub mod numpy;
 pub mod torch;
 pub mod type_info;
 
+pub(crate) use dlpack_call::device_of as producer_device;
+
 use crate::error::{BridgeError, BridgeResult};
 use crate::protocol::capsule;
 use crate::protocol::request::StreamRequest;

@@ -13,10 +13,14 @@
 //! (which cannot let go of a GIL its caller may rely on) queues a release whose events have not
 //! completed. A queued one never waits for its events in the call that drains it: a bridge
 //! call runs the deleters whose events have completed and leaves the rest queued, so that an
-//! import does not stall on unrelated GPU work (a release that could record no event, and falls
-//! back to synchronising its device's context, is the exception: nothing else would finish it); [`drain`] with [`Wait::Yes`] (the explicit flush) waits for them
-//! all, except those whose stream is being captured into a graph, which stay queued until the
-//! capture has ended.
+//! import does not stall on unrelated GPU work. That holds for a release that could record no
+//! event and falls back to synchronising its device's context too: an ordinary call cannot
+//! know that no stream of that context is being captured into a graph (synchronising the
+//! context would break the capture), so such releases wait for the explicit flush. [`drain`]
+//! with [`Wait::Yes`] (the explicit flush) waits for them all, except those whose stream is
+//! being captured into a graph (for the fallback: while a blocking stream of its context
+//! captures, or when the synchronisation is refused for a capture), which stay queued until
+//! the capture has ended.
 //!
 //! Every tensor the bridge hands out is forwarded as a versioned managed tensor whose deleter
 //! releases the producer's this way ([`forward`], [`forward_owned`]), so that consumers of the
@@ -60,8 +64,17 @@ pub fn this_thread_holds_the_gil() -> bool {
 /// Releases `tensor` now when this thread holds the GIL (an explicit release from a C entry
 /// point, not a finalizer): waits for its consumer's GPU work with the GIL released, so that
 /// other Python threads run meanwhile, then runs the deleter, and returns what failed on the
-/// way (the deleter has run regardless). Else queues it like [`defer`].
+/// way (the deleter has run regardless). Else queues it like [`defer`]; so is a release that
+/// must synchronise its device's context (the conservative fallback), which only the explicit
+/// flush waits for (see the module docs: a capture on a non-blocking stream of that context
+/// cannot be seen from here, and the synchronisation would break it).
 pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()> {
+    if tensor.is_conservative() {
+        // Said now (what to pass instead), not when the flush runs it.
+        let said = tensor.take_error();
+        defer(tensor);
+        return said.map_or(Ok(()), Err);
+    }
     if !this_thread_holds_the_gil() || !tensor.can_wait() {
         defer(tensor);
         return Ok(());
@@ -70,6 +83,11 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
         // SAFETY: this thread holds the GIL (just checked; see `this_thread_holds_the_gil`).
         let py = unsafe { pyo3::Python::assume_attached() };
         py.detach(|| tensor.wait());
+        if !tensor.is_waited() {
+            // A capture refused the wait: never an unordered deleter; queued until it ends.
+            defer(tensor);
+            return Ok(());
+        }
     }
     tensor.complete()
 }
@@ -138,30 +156,50 @@ pub fn drain(py: pyo3::Python<'_>, wait: Wait) -> usize {
 fn drain_queued(py: pyo3::Python<'_>, wait: Wait) -> usize {
     let batch = {
         let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-        // Asking does not wait; host tensors and completed fences are ready, and a fallback
-        // (a context to synchronise) never becomes ready by itself, so it is waited for here,
-        // with the GIL released. A flush takes all it can wait for.
+        // Asking does not wait; host tensors and completed fences are ready. A fallback (a
+        // context to synchronise) is never ready by itself: only a flush takes it (see the
+        // module docs). A flush takes all it can wait for.
         let take: fn(&mut PendingRelease) -> bool = match wait {
             Wait::Yes => PendingRelease::can_wait,
-            Wait::No => |release| release.is_conservative() || release.is_ready(),
+            Wait::No => PendingRelease::is_ready,
         };
-        let (batch, waiting) = std::mem::take(&mut *pending)
-            .into_iter()
-            .map(|mut release| (take(&mut release), release))
-            .partition::<Vec<_>, _>(|(taken, _)| *taken);
-        *pending = waiting.into_iter().map(|(_, release)| release).collect();
-        let batch: Vec<PendingRelease> = batch.into_iter().map(|(_, release)| release).collect();
+        let (batch, waiting) = split(std::mem::take(&mut *pending), take);
+        *pending = waiting;
         MAYBE_PENDING.store(!pending.is_empty(), Ordering::Release);
         batch
     };
     let mut batch = batch;
     if !batch.iter_mut().all(PendingRelease::is_ready) {
         py.detach(|| batch.iter_mut().for_each(PendingRelease::wait));
+        // A wait a capture refused (a context synchronisation while a stream of it captures)
+        // leaves its release pending: queued again, its deleter not run.
+        let (waited, refused): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(PendingRelease::is_waited);
+        refused.into_iter().for_each(defer);
+        batch = waited;
     }
     let released = batch.len();
     // Dropped outside the lock: a deleter may itself release a Python-produced tensor.
     drop(batch);
     released
+}
+
+/// Splits `queued` into the releases `take` picks and the rest, dropping none: it runs under
+/// `PENDING`'s lock, where a dropped release would run its deleter, and a deleter that queues
+/// again would wait for that lock forever. A check that panics (a driver query) picks its
+/// release, which the caller then waits for and releases outside the lock.
+fn split<R>(queued: Vec<R>, take: impl Fn(&mut R) -> bool) -> (Vec<R>, Vec<R>) {
+    let mut batch = Vec::new();
+    let mut waiting = Vec::with_capacity(queued.len());
+    for mut release in queued {
+        let check = std::panic::AssertUnwindSafe(|| take(&mut release));
+        if std::panic::catch_unwind(check).unwrap_or(true) {
+            batch.push(release);
+        } else {
+            waiting.push(release);
+        }
+    }
+    (batch, waiting)
 }
 
 /// How many tensors wait for the GIL (or for their consumers' GPU work).
@@ -179,4 +217,40 @@ pub fn forward_owned(tensor: ImportedTensor) -> rsdlpack::Result<ImportedTensor>
 /// copied (see [`rsdlpack::export::forward`]).
 pub fn forward(tensor: ImportedTensor) -> rsdlpack::Result<Managed<DLManagedTensorVersioned>> {
     forward_versioned(tensor, release_forwarded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A queued release that counts its drops (a deleter run).
+    struct Counted<'a>(u32, &'a AtomicUsize);
+
+    impl Drop for Counted<'_> {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_panicking_readiness_check_drops_nothing_and_picks_its_release() {
+        let drops = AtomicUsize::new(0);
+        let queued: Vec<Counted<'_>> = (0..6).map(|i| Counted(i, &drops)).collect();
+        // 0, 2, 4 ready; 3 panics (as a driver query might); 1, 5 wait.
+        let (batch, waiting) = split(queued, |release| match release.0 {
+            3 => panic!("a readiness check that panics"),
+            n => n % 2 == 0,
+        });
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "nothing dropped while splitting"
+        );
+        let ids = |v: &[Counted<'_>]| v.iter().map(|r| r.0).collect::<Vec<_>>();
+        assert_eq!(ids(&batch), [0, 2, 3, 4]);
+        assert_eq!(ids(&waiting), [1, 5]);
+        drop((batch, waiting));
+        assert_eq!(drops.load(Ordering::SeqCst), 6);
+    }
 }

@@ -1,0 +1,566 @@
+"""Differentiable calls into PyTorch and JAX for RsDLPack's Julia API (the ChainRulesCore rule
+and the Lux layer): the Python half, which decides everything the Julia half only maps.
+
+Julia shares each input array zero-copy (`share`: into `torch.Tensor` through torch's DLPack C
+exchange API, or as an exporter that `jax.dlpack.from_dlpack` takes), calls `forward`, and
+imports each output zero-copy (`from_dlpack`). The forward records the vector-Jacobian product
+(`torch.func.vjp`, `jax.vjp`; for a module's functional call, torch's autograd, see `Module`)
+in a `Pullback`; Julia shares the cotangents the same way, calls it, and imports the input
+cotangents. Nothing here copies a tensor that crosses, and no tensor that requires grad ever
+crosses: inputs are detached leaves of their own, outputs and cotangents are detached before
+they are returned.
+
+What Julia reads back, as plain ints (`KIND_*`): for each output whether it is differentiable,
+and for each input whether its cotangent is a tensor, zero (`ZeroTangent`) or absent
+(`NoTangent`: integer and boolean tensors, `None`, non-tensor values). Integer outputs are
+computed alongside, never differentiated (`has_aux`).
+
+Index order, stated once: with `order="reversed"` (the default on the Julia side) Julia's
+(features, batch) array is torch's and JAX's (batch, features) contiguous tensor, and outputs
+come back reversed the same way; `order="producer"` keeps Julia's indices (the tensor then has
+column-major strides). The order is applied by `share` and `from_dlpack`; here it only decides
+how shapes are written in error messages (in Julia's dims, so a user reads the shapes they
+passed).
+
+Lifetimes: a `Pullback` holds the inputs the forward saved (and so, through their DLPack
+capsules, Julia's roots of the shared arrays) until it has run or is dropped, whichever comes
+first; with `retain=True` until it is dropped (calling it again is then allowed, as
+`Zygote.jacobian` does). Julia drops it by releasing its reference; no Python runs in a Julia
+finalizer beyond that release, which the front-end already defers to the GIL's thread.
+"""
+
+KIND_NO_TANGENT = 0  # input: no cotangent (NoTangent); output: not differentiable
+KIND_TANGENT = 1  # input: a cotangent tensor follows; output: differentiable
+KIND_ZERO = 2  # input: the cotangent is zero (ZeroTangent)
+KIND_NONE = 3  # output: Python returned None (Julia's `nothing`)
+
+SINGLE, TUPLE = 0, 1  # what the function returned: one value, or a tuple of them
+
+# How Julia shares arrays with a callable (its `share_codes`): into its `tensor_type`, or as
+# exporters (DLPack objects the backend imports itself).
+SHARE_EXPORTER, SHARE_INTO_TYPE = 0, 1
+
+ORDERS = ("reversed", "producer")
+
+
+class InPlaceMutationError(RuntimeError):
+    """The function wrote into an input that Julia shared (that write reached Julia's array)."""
+
+
+class CotangentMismatchError(ValueError):
+    """A cotangent whose shape or element type differs from its output's."""
+
+
+class PullbackUsedError(RuntimeError):
+    """A pullback called again after it released what the forward saved."""
+
+
+def _check_order(order):
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    return order
+
+
+def _dims(shape, order):
+    """A shape as Julia sees it: reversed under order="reversed", written as Julia writes dims."""
+    dims = tuple(reversed(tuple(shape))) if order == "reversed" else tuple(shape)
+    if not dims:
+        return "0-dimensional"
+    return "×".join(str(d) for d in dims)
+
+
+# ---- backends ------------------------------------------------------------------------------
+
+
+class _Torch:
+    name = "torch"
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.tensor_type = torch.Tensor
+
+    def as_tensor(self, x):
+        torch = self.torch
+        if isinstance(x, torch.Tensor):
+            return x
+        return torch.from_dlpack(x)
+
+    def is_tensor(self, x):
+        return isinstance(x, self.torch.Tensor)
+
+    def differentiable(self, t):
+        return t.is_floating_point() or t.is_complex()
+
+    def version(self, t):
+        return t._version
+
+    def zeros_like(self, t):
+        return self.torch.zeros_like(t)
+
+    def dtype_name(self, t):
+        return str(t.dtype).removeprefix("torch.")
+
+    def detach(self, t):
+        return t.detach() if isinstance(t, self.torch.Tensor) else t
+
+    def device(self, t):
+        return t.device
+
+    def to_device(self, t, device):
+        return t.to(device)
+
+
+class _Jax:
+    name = "jax"
+    tensor_type = None  # inputs come as exporters: jax.dlpack.from_dlpack takes them
+
+    def __init__(self):
+        import jax
+        import jax.numpy as jnp
+
+        self.jax = jax
+        self.jnp = jnp
+
+    def as_tensor(self, x):
+        if isinstance(x, self.jax.Array):
+            return x
+        return self.jax.dlpack.from_dlpack(x)
+
+    def is_tensor(self, x):
+        return isinstance(x, self.jax.Array)
+
+    def differentiable(self, t):
+        return bool(self.jnp.issubdtype(t.dtype, self.jnp.inexact))
+
+    def version(self, t):
+        return 0  # JAX arrays are immutable
+
+    def zeros_like(self, t):
+        return self.jnp.zeros_like(t)
+
+    def dtype_name(self, t):
+        return str(t.dtype)
+
+    def detach(self, t):
+        return t
+
+    def device(self, t):
+        return next(iter(t.devices()))
+
+    def to_device(self, t, device):
+        return self.jax.device_put(t, device)
+
+
+_BACKENDS = {}
+
+
+def backend(name):
+    """The backend named "torch" or "jax" (imported on first use)."""
+    if name not in _BACKENDS:
+        if name == "torch":
+            _BACKENDS[name] = _Torch()
+        elif name == "jax":
+            _BACKENDS[name] = _Jax()
+        else:
+            raise ValueError(f'backend must be "torch" or "jax", got {name!r}')
+    return _BACKENDS[name]
+
+
+def infer_backend(fn):
+    """The backend of a callable that says which it is (a torch module, a jitted JAX function),
+    or an error that asks for one."""
+    for module in (type(fn).__module__, getattr(fn, "__module__", None)):
+        module = module if isinstance(module, str) else ""
+        if module == "torch" or module.startswith("torch."):
+            return "torch"
+        if module in ("jax", "jaxlib") or module.startswith(("jax.", "jaxlib.")):
+            return "jax"
+    raise ValueError(
+        f"cannot tell whether {fn!r} is a torch or a JAX function: pass backend=\"torch\" or backend=\"jax\""
+    )
+
+
+# ---- inputs and outputs --------------------------------------------------------------------
+
+
+class _Inputs:
+    """The forward's inputs as the backend's tensors, which of them are differentiable, and
+    their version counters (to find a function that wrote into one)."""
+
+    def __init__(self, be, objects, never_differentiable=()):
+        self.values = []
+        self.differentiable = []
+        self.shared = []  # (position, tensor, version) of each tensor Julia shared
+        for k, x in enumerate(objects):
+            if x is None:
+                value, diff = None, False
+            elif be.is_tensor(x) or hasattr(x, "__dlpack__"):
+                value = be.as_tensor(x)
+                diff = be.differentiable(value) and k not in never_differentiable
+                self.shared.append((k, value, be.version(value)))
+            else:
+                value, diff = x, False  # a plain Python value (a number, a string)
+            self.values.append(value)
+            self.differentiable.append(diff)
+
+    def check_unchanged(self, be):
+        for k, t, version in self.shared:
+            if be.version(t) != version:
+                raise InPlaceMutationError(
+                    f"the function wrote into input {k + 1} in place (its version counter went from {version} "
+                    f"to {be.version(t)}), and so into the Julia array shared as that input; differentiating "
+                    "through an in-place write is not supported: compute a new tensor instead (e.g. x * 2, "
+                    "not x.mul_(2))"
+                )
+
+    def positions(self):
+        return [k for k, d in enumerate(self.differentiable) if d]
+
+
+def _split_outputs(be, result):
+    """(structure, outputs, kinds) of what a function returned."""
+    structure = TUPLE if isinstance(result, (tuple, list)) else SINGLE
+    outputs = tuple(result) if structure == TUPLE else (result,)
+    kinds = []
+    for out in outputs:
+        if out is None:
+            kinds.append(KIND_NONE)
+        elif be.is_tensor(out):
+            kinds.append(KIND_TANGENT if be.differentiable(out) else KIND_NO_TANGENT)
+        else:
+            raise TypeError(
+                f"the function returned a {type(out).__name__}; a differentiable call returns {be.name} tensors, "
+                "a tuple of them, or None"
+            )
+    return structure, outputs, kinds
+
+
+def _device_type(be, t):
+    """DLPack's device type of a tensor (kDLCPU 1, kDLCUDA 2, ...): which Julia array type
+    imports it."""
+    if t is None:
+        return 0
+    if be.name == "torch":
+        kind = t.device.type
+        if kind == "cpu":
+            return 1
+        if kind == "cuda" and t.device.index is not None and not be.torch.version.hip:
+            return 2
+    return int(t.__dlpack_device__()[0])
+
+
+class Forward:
+    """What `forward` returns: `structure` (SINGLE or TUPLE), `kinds` (per output),
+    `outputs` (a tuple, None where the function returned None) and `pullback`. Julia reads
+    `codes`, all of it as ints in one tuple: (structure, n, kind_1..kind_n, device_1..device_n),
+    a device being DLPack's device type (0 for None)."""
+
+    __slots__ = ("structure", "kinds", "devices", "outputs", "pullback")
+
+    def __init__(self, be, structure, kinds, outputs, pullback):
+        self.structure = structure
+        self.kinds = tuple(kinds)
+        self.outputs = tuple(outputs)
+        self.devices = tuple(_device_type(be, o) for o in self.outputs)
+        self.pullback = pullback
+
+    @property
+    def codes(self):
+        return (self.structure, len(self.kinds), *self.kinds, *self.devices)
+
+
+class Cotangents:
+    """What a pullback returns: per input its `kinds` (KIND_TANGENT, KIND_ZERO,
+    KIND_NO_TANGENT) and the cotangent `tensors` (None unless KIND_TANGENT). Julia reads
+    `codes`: (kind_1..kind_n, device_1..device_n)."""
+
+    __slots__ = ("kinds", "devices", "tensors")
+
+    def __init__(self, be, kinds, tensors):
+        self.kinds = tuple(kinds)
+        self.tensors = tuple(tensors)
+        self.devices = tuple(_device_type(be, t) for t in self.tensors)
+
+    @property
+    def codes(self):
+        return (*self.kinds, *self.devices)
+
+
+class Pullback:
+    """The vector-Jacobian product a forward recorded. Called with one cotangent per output
+    (a shared tensor, or None for zero), returns `Cotangents`: one per input."""
+
+    def __init__(self, be, order, vjp, n_inputs, positions, output_kinds, outputs, retain):
+        self._be = be
+        self._order = order
+        self._vjp = vjp  # (differentiable cotangents) -> cotangents of the differentiable inputs
+        self._n_inputs = n_inputs
+        self._positions = positions
+        self._output_kinds = output_kinds
+        # Shapes, dtypes and devices only: the outputs themselves are Julia's now.
+        self._expected = [(tuple(o.shape), o.dtype, be.device(o)) if o is not None else None for o in outputs]
+        self._retain = retain
+        self._used = False
+
+    @property
+    def holds_inputs(self):
+        """Whether this pullback still holds what the forward saved."""
+        return self._vjp is not None
+
+    def release(self):
+        """Lets go of what the forward saved, now (what dropping the pullback does)."""
+        self._vjp = None
+
+    def _cotangent(self, k, x, output_shape, output_dtype, output_device=None):
+        be = self._be
+        t = be.as_tensor(x)
+        if output_device is not None and be.device(t) != output_device:
+            # A cotangent Julia had to make on the host (a FillArrays one, collected) for an
+            # output on a GPU: the one copy this module makes.
+            t = be.to_device(t, output_device)
+        shape = tuple(t.shape)
+        if shape != output_shape:
+            raise CotangentMismatchError(
+                f"the cotangent of output {k + 1} is {_dims(shape, self._order)}, but output {k + 1} is "
+                f"{_dims(output_shape, self._order)} (dims as Julia sees them, order={self._order})"
+            )
+        if t.dtype != output_dtype:
+            raise CotangentMismatchError(
+                f"the cotangent of output {k + 1} has element type {be.dtype_name(t)}, but output {k + 1} has "
+                f"{str(output_dtype).removeprefix('torch.')}: convert the cotangent to the output's element type"
+            )
+        return t
+
+    def __call__(self, *cotangents):
+        if self._vjp is None:
+            if self._used:
+                raise PullbackUsedError(
+                    "this pullback already ran and released the inputs its forward saved; call the wrapped "
+                    "function with retain_pullback=true to call its pullback more than once (Zygote.jacobian does)"
+                )
+            raise PullbackUsedError("this pullback was released (dropped) before it was called")
+        if len(cotangents) != len(self._output_kinds):
+            raise ValueError(f"the pullback takes {len(self._output_kinds)} cotangents (one per output), got {len(cotangents)}")
+        given = []
+        any_given = False
+        for k, (kind, x) in enumerate(zip(self._output_kinds, cotangents)):
+            if kind != KIND_TANGENT:
+                continue  # no tangent flows back from a non-differentiable output
+            shape, dtype, device = self._expected[k]
+            if x is None:
+                given.append(None)
+            else:
+                given.append(self._cotangent(k, x, shape, dtype, device))
+                any_given = True
+        kinds = [KIND_NO_TANGENT] * self._n_inputs
+        tangents = [None] * self._n_inputs
+        for k in self._positions:
+            kinds[k] = KIND_ZERO
+        if any_given and self._positions:
+            results = self._vjp(given)
+            for k, g in zip(self._positions, results):
+                if g is not None:
+                    kinds[k] = KIND_TANGENT
+                    tangents[k] = self._be.detach(g)
+        self._used = True
+        if not self._retain:
+            self._vjp = None
+        return Cotangents(self._be, kinds, tangents)
+
+
+# ---- the callables Julia wraps -------------------------------------------------------------
+
+
+class _Callable:
+    @property
+    def share_codes(self):
+        """(SHARE_INTO_TYPE,) when Julia shares inputs into `tensor_type`, else (SHARE_EXPORTER,)."""
+        return (SHARE_EXPORTER if self.tensor_type is None else SHARE_INTO_TYPE,)
+
+
+class Function(_Callable):
+    """A Python callable of tensors (a torch function or `nn.Module`, whose parameters are
+    constants here; a JAX function, jitted or not) made differentiable from Julia.
+
+    `tensor_type` is what Julia shares inputs into: `torch.Tensor` (its C exchange API makes
+    the tensor, no Python call), or None (an exporter, for JAX)."""
+
+    def __init__(self, fn, backend_name=None, order="reversed", retain=False):
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        self.fn = fn
+        self.backend = backend(backend_name or infer_backend(fn))
+        self.order = _check_order(order)
+        self.retain = bool(retain)
+        self.tensor_type = self.backend.tensor_type
+
+    def __repr__(self):
+        return f"rsdlpack_autodiff.Function({self.fn!r}, backend={self.backend.name!r}, order={self.order!r})"
+
+    def forward(self, *objects):
+        be = self.backend
+        inputs = _Inputs(be, objects)
+        positions = inputs.positions()
+        if be.name == "torch":
+            result = self._torch_forward(inputs, positions)
+        else:
+            result = self._jax_forward(inputs, positions)
+        return result
+
+    def _closed(self, inputs, positions, meta):
+        """The function of the differentiable inputs alone, returning (differentiable outputs,
+        the other outputs) so that integer outputs travel as aux; `meta` receives the
+        structure and the kinds (aux may hold only tensors)."""
+        be = self.backend
+        values = list(inputs.values)
+        fn = self.fn
+
+        def closed(*diff):
+            args = list(values)
+            for k, v in zip(positions, diff):
+                args[k] = v
+            structure, outputs, kinds = _split_outputs(be, fn(*args))
+            meta["structure"], meta["kinds"] = structure, kinds
+            diff_out = tuple(o for o, kind in zip(outputs, kinds) if kind == KIND_TANGENT)
+            aux = tuple(o for o, kind in zip(outputs, kinds) if kind == KIND_NO_TANGENT)
+            return diff_out, aux
+
+        return closed
+
+    def _assemble(self, diff_out, aux, meta):
+        kinds = meta["kinds"]
+        differentiable, other = iter(diff_out), iter(aux)
+        detach = self.backend.detach
+        outputs = [detach(next(differentiable)) if kind == KIND_TANGENT else
+                   detach(next(other)) if kind == KIND_NO_TANGENT else None for kind in kinds]
+        return meta["structure"], kinds, outputs
+
+    def _torch_forward(self, inputs, positions):
+        torch = self.backend.torch
+        meta = {}
+        closed = self._closed(inputs, positions, meta)
+        diff_primals = [inputs.values[k] for k in positions]
+        # no_grad outside: a module's own parameters (leaves that require grad) record nothing,
+        # so its outputs never require grad; torch.func.vjp ignores it for its own inputs.
+        with torch.no_grad():
+            try:
+                diff_out, vjp_fn, aux = torch.func.vjp(closed, *diff_primals, has_aux=True)
+            finally:
+                inputs.check_unchanged(self.backend)
+        structure, kinds, outputs = self._assemble(diff_out, aux, meta)
+
+        def vjp(given):
+            cot = tuple(self.backend.zeros_like(o) if g is None else g for g, o in zip(given, diff_out))
+            with torch.no_grad():
+                return vjp_fn(cot)
+
+        pullback = Pullback(self.backend, self.order, vjp, len(inputs.values), positions, kinds, outputs, self.retain)
+        return Forward(self.backend, structure, kinds, outputs, pullback)
+
+    def _jax_forward(self, inputs, positions):
+        jax = self.backend.jax
+        meta = {}
+        closed = self._closed(inputs, positions, meta)
+        diff_primals = [inputs.values[k] for k in positions]
+        diff_out, vjp_fn, aux = jax.vjp(closed, *diff_primals, has_aux=True)
+        structure, kinds, outputs = self._assemble(diff_out, aux, meta)
+
+        def vjp(given):
+            cot = tuple(self.backend.zeros_like(o) if g is None else g for g, o in zip(given, diff_out))
+            return vjp_fn(cot)
+
+        pullback = Pullback(self.backend, self.order, vjp, len(inputs.values), positions, kinds, outputs, self.retain)
+        return Forward(self.backend, structure, kinds, outputs, pullback)
+
+
+class Module(_Callable):
+    """A torch `nn.Module` called functionally (`torch.func.functional_call`) on parameters and
+    buffers Julia owns: the Lux layer's Python half.
+
+    `forward(training, *tensors)` takes the parameters (in `parameter_names` order), then the
+    buffers (`buffer_names` order), then the module's arguments, and returns the module's
+    outputs followed by the buffers after the call (batch-norm statistics, updated in training
+    mode): the layer's new state. Parameters are differentiable; buffers are not, and are
+    cloned before the call, so the module's in-place updates of them never reach the buffers
+    Julia passed.
+
+    Recorded with torch's autograd on detached leaves of the shared tensors, not torch.func:
+    under a torch.func transform a module may not update a captured buffer in place, which
+    every batch norm does in training mode. The leaves never cross: outputs and cotangents are
+    detached before they are returned."""
+
+    def __init__(self, module, order="reversed", retain=False):
+        import torch
+
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"Module wraps a torch.nn.Module, got {type(module).__name__}")
+        self.module = module
+        self.backend = backend("torch")
+        self.order = _check_order(order)
+        self.retain = bool(retain)
+        self.tensor_type = torch.Tensor
+        self.parameter_names = tuple(name for name, _ in module.named_parameters())
+        self.buffer_names = tuple(name for name, _ in module.named_buffers())
+
+    def __repr__(self):
+        return f"rsdlpack_autodiff.Module({type(self.module).__name__}, order={self.order!r})"
+
+    def initial_parameters(self):
+        """Copies of the module's parameters, detached (Julia's from then on: it copies host
+        ones into its own memory and holds device ones as they are)."""
+        return tuple(p.detach().clone() for _, p in self.module.named_parameters())
+
+    def initial_buffers(self):
+        return tuple(b.detach().clone() for _, b in self.module.named_buffers())
+
+    @property
+    def parameter_devices(self):
+        """DLPack's device type of each parameter: which Julia array type holds it."""
+        return tuple(_device_type(self.backend, p) for _, p in self.module.named_parameters())
+
+    @property
+    def buffer_devices(self):
+        return tuple(_device_type(self.backend, b) for _, b in self.module.named_buffers())
+
+    def forward(self, training, *objects):
+        torch = self.backend.torch
+        n_params, n_buffers = len(self.parameter_names), len(self.buffer_names)
+        if len(objects) < n_params + n_buffers:
+            raise ValueError(
+                f"the module takes its {n_params} parameters and {n_buffers} buffers before its arguments, "
+                f"got {len(objects)} tensors in all"
+            )
+        buffer_positions = range(n_params, n_params + n_buffers)
+        inputs = _Inputs(self.backend, objects, never_differentiable=buffer_positions)
+        positions = inputs.positions()
+        leaves = list(inputs.values)
+        for k in positions:
+            leaves[k] = inputs.values[k].detach().requires_grad_()
+        buffers = [b.detach().clone() if b is not None else None for b in inputs.values[n_params:n_params + n_buffers]]
+        state = dict(zip(self.parameter_names, leaves[:n_params]))
+        state.update(zip(self.buffer_names, buffers))
+        if self.module.training != bool(training):  # train() walks every submodule: only on a change
+            self.module.train(bool(training))
+        with torch.enable_grad():
+            try:
+                result = torch.func.functional_call(self.module, state, tuple(leaves[n_params + n_buffers:]))
+            finally:
+                inputs.check_unchanged(self.backend)
+        structure, outputs, kinds = _split_outputs(self.backend, result)
+        kinds = [KIND_TANGENT if kind == KIND_TANGENT and o.requires_grad else
+                 (KIND_NO_TANGENT if kind == KIND_TANGENT else kind) for o, kind in zip(outputs, kinds)]
+        diff_out = [o for o, kind in zip(outputs, kinds) if kind == KIND_TANGENT]
+        diff_leaves = [leaves[k] for k in positions]
+        retain = self.retain
+
+        def vjp(given):
+            pairs = [(o, g) for o, g in zip(diff_out, given) if g is not None]
+            return torch.autograd.grad([o for o, _ in pairs], diff_leaves, [g for _, g in pairs],
+                                       retain_graph=retain, allow_unused=True)
+
+        all_outputs = [o.detach() if o is not None else None for o in outputs] + [b for b in buffers]
+        all_kinds = kinds + [KIND_NO_TANGENT if b is not None else KIND_NONE for b in buffers]
+        pullback = Pullback(self.backend, self.order, vjp, len(objects), positions, all_kinds, all_outputs, retain)
+        return Forward(self.backend, TUPLE, all_kinds, all_outputs, pullback)

@@ -1,0 +1,80 @@
+"""The bridge serves one interpreter, the first that calls it: a call from a sub-interpreter is
+refused with the interpreter error code and a message naming the limit, and the first goes on
+being served. (A free-threaded build, the other refusal, is tested in Rust with its facts faked:
+bridges/python/src/python/interpreter.rs; none is installed here.)
+
+In a child process: once a sub-interpreter exists CPython disables `PyGILState_Check` for the
+rest of the process, so both interpreters call through ctypes.PyDLL, which keeps the GIL held
+(a call without it from a process with sub-interpreters is the limit docs/src/development.md
+describes)."""
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CHILD = textwrap.dedent(
+    r'''
+    import ctypes, os
+    from rsdlpack_ctypes import Bridge, ELEMENT_CODES, ERROR_CODE_INTERPRETER
+    try:
+        import _interpreters as interpreters  # 3.13 and later
+    except ImportError:
+        import _xxsubinterpreters as interpreters  # 3.10 to 3.12
+
+    def share_once(bridge, root_id):
+        data = (ctypes.c_double * 4)()
+        return bridge.share(ctypes.addressof(data), [4], [1], ELEMENT_CODES["float64"], root_id=root_id)
+
+    bridge = Bridge(os.environ["RSDLPACK_PYTHON_LIB"], ctypes.PyDLL)
+    (exporter, _), error = share_once(bridge, 1)
+    assert error is None, error
+    del exporter
+    print("main: served", flush=True)
+
+    try:
+        # 3.12's default is an isolated interpreter with its own GIL, where ctypes cannot load.
+        sub = interpreters.create(isolated=False)
+    except TypeError:
+        sub = interpreters.create()
+    interpreters.run_string(sub, """if True:
+        import ctypes, os
+        from rsdlpack_ctypes import Bridge, ELEMENT_CODES, ERROR_CODE_INTERPRETER
+        bridge = Bridge(os.environ["RSDLPACK_PYTHON_LIB"], ctypes.PyDLL)
+        data = (ctypes.c_double * 4)()
+        result, error = bridge.share(ctypes.addressof(data), [4], [1], ELEMENT_CODES["float64"], root_id=2)
+        assert result is None, "a sub-interpreter was served"
+        code, message = error
+        assert code == ERROR_CODE_INTERPRETER, error
+        print("sub: refused:", message, flush=True)
+    """)
+    interpreters.destroy(sub)
+
+    (exporter, _), error = share_once(bridge, 3)
+    assert error is None, error
+    del exporter
+    print("main: still served", flush=True)
+    '''
+)
+
+
+def test_a_sub_interpreter_is_refused_and_the_first_still_served(bridge):
+    try:
+        import _interpreters  # noqa: F401
+    except ImportError:
+        pytest.importorskip("_xxsubinterpreters", reason="CPython's sub-interpreter module")
+    env = dict(os.environ, RSDLPACK_PYTHON_LIB=bridge.path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
+    child = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    report = f"exit {child.returncode}\nstdout:\n{child.stdout}\nstderr:\n{child.stderr}"
+    assert child.returncode == 0, report
+    lines = child.stdout.splitlines()
+    assert lines[0] == "main: served", report
+    assert lines[1].startswith("sub: refused: RsDLPack's Python bridge serves one interpreter per process"), report
+    assert "sub-interpreter 1" in lines[1] and "call from the main interpreter" in lines[1], report
+    assert lines[2] == "main: still served", report
