@@ -631,7 +631,6 @@ impl<'a> ExporterRef<'a> {
         Ok(export_legacy_described(owner)?)
     }
 
-
     /// An owner over the source itself, for a capsule the slot cannot hold. Several capsules
     /// share the memory, so none may claim IS_COPIED (a private copy), whatever the source
     /// said.
