@@ -6,20 +6,34 @@ copies every array through NumPy. A benchmark, not a test: it prints, asserts no
 
     RSDLPACK_PYTHON_LIB=target/ext/release/librsdlpack_python.so .venv/bin/python benches/autodiff_overhead.py
 
-The C calls go through ctypes (as the pytest suite calls them), which adds about a microsecond
-per call that Julia's ccall does not: the "bridge calls" column is an upper bound for Julia.
+To compare with an earlier Python half side by side in the same run, name a copy of it:
+
+    git show main:python/rsdlpack_autodiff.py > /tmp/rsdlpack_autodiff_before.py
+    RSDLPACK_AUTODIFF_BEFORE=/tmp/rsdlpack_autodiff_before.py \
+      RSDLPACK_PYTHON_LIB=target/ext/release/librsdlpack_python.so .venv/bin/python benches/autodiff_overhead.py
+
+"torch alone" is the idiomatic Python way: the module called on the input (its parameters
+requiring grad), then torch.autograd.grad for the parameters and the input; "functional_call"
+is the same through torch.func.functional_call on leaves the caller owns (what the Lux layer's
+functional style asks of torch). The C calls go through ctypes (as the pytest suite calls them),
+which costs per call what Julia's ccall does not: the per-call cost of a ctypes call is
+estimated on a C function that does nothing (memcmp of 0 bytes, its pointer arguments made
+once as the bridge's are), and the overhead is printed with and without it.
 
 The MLP is Linear(4096 => 16), Tanh, Linear(16 => 4096), called as the Lux layer calls it
-(torch.func.functional_call on parameters the caller owns, gradients for the parameters and the
-input): its input, output and their cotangents are 64 × 4096 float32 (1 MiB) at batch 64 and
-4096 × 4096 (64 MiB) at batch 4096 — the arrays that cross. Each path runs in turn, round after
-round (in alternating order, after one warm-up call each), so that a slow stretch of the machine
-hits all three alike; medians are printed. "bridge calls" is the time spent in RsDLPack's C calls
-within a step, "copies" the NumPy bridge's copies: the two overheads that scale, or do not, with
-the size of the arrays that cross.
+(parameters the caller owns, gradients for the parameters and the input): its input, output and
+their cotangents are 64 × 4096 float32 (1 MiB) at batch 64 and 4096 × 4096 (64 MiB) at batch
+4096 — the arrays that cross. Each path runs in turn, round after round (in alternating order,
+after one warm-up call each), so that a slow stretch of the machine hits all alike; medians are
+printed. "bridge calls" is the time spent in RsDLPack's C calls within a step, "copies" the
+NumPy bridge's copies: the two overheads that scale, or do not, with the size of what crosses.
+The last lines are the fixed cost per call on a 4-wide MLP at batch 2, for the Lux layer's call
+(`Module`) and for a frozen module as a function of its input (`Function`, against torch alone
+differentiating the input only).
 """
 
 import ctypes
+import importlib.util
 import os
 import pathlib
 import statistics
@@ -62,14 +76,19 @@ def julia_array(values):
 
 
 class Rsdlpack:
-    """Julia's sequence, call for call. The C calls are made with their argument structs built
-    once per array (as Julia's ccall passes its isbits structs), so that ctypes adds no more
-    than its own call overhead."""
+    """Julia's sequence, call for call, through the Python half `ad` (this tree's or an earlier
+    one's), for a `Module` call (parameters, then the input; `function=False`) or a `Function`
+    over a frozen module (the input alone). The C calls are made with their argument structs
+    built once per array (as Julia's ccall passes its isbits structs), so that ctypes adds no more
+    than its own call overhead; `c_calls` counts them per step (`adopt`'s decref included, which
+    Julia's PyObject does in Julia)."""
 
-    def __init__(self, bridge, module):
+    def __init__(self, bridge, module, ad=ad, function=False):
         self.bridge = bridge
         self.lib = bridge.lib
-        self.call = ad.Module(module)
+        self.function = function
+        self.call = ad.Function(module) if function else ad.Module(module)
+        self.prefix = () if function else (True,)
         self.root = 0
         self.exports = {}
         self.result = ShareResult()
@@ -77,10 +96,16 @@ class Rsdlpack:
         self.plan_options = PlanOptions.of(order=INDEX_ORDER_REVERSED)
         self.imported = ImportResult()
         self.roots = (ctypes.c_uint64 * 64)()
+        self.c_calls = 0
+        # Pointers made once, as Julia's ccall passes Refs it holds.
+        self.result_p, self.error_p = ctypes.byref(self.result), ctypes.byref(self.error)
+        self.plan_options_p, self.imported_p = ctypes.byref(self.plan_options), ctypes.byref(self.imported)
 
     def export_of(self, memory):
-        key = (memory.ctypes.data, memory.shape)
-        if key not in self.exports:
+        """The ArrayExport of an array (built on first sight, by the array's identity: the bench's
+        arrays live as long as it runs), and a pointer to it."""
+        entry = self.exports.get(id(memory))
+        if entry is None:
             dims = list(reversed(memory.shape))
             strides, step = [], 1
             for d in dims:
@@ -90,29 +115,29 @@ class Rsdlpack:
             strides_c = (ctypes.c_int64 * len(dims))(*strides)
             array = ArrayExport(memory.ctypes.data, dims_c, strides_c, len(dims), 0, 0, ELEMENT_CODES["float32"],
                                 INDEX_ORDER_REVERSED, 1, 0, 0, 0)
-            self.exports[key] = (array, dims_c, strides_c, memory)
-        return self.exports[key][0]
+            entry = self.exports[id(memory)] = (array, ctypes.byref(array), dims_c, strides_c, memory)
+        return entry
 
     def share(self, memory):
-        array = self.export_of(memory)
+        array, array_p = self.export_of(memory)[:2]
         self.root += 1
         array.root_id = self.root
-        code = self.lib.rsdlpack_py_share_into(ctypes.byref(array), torch.Tensor, ctypes.byref(self.result),
-                                               ctypes.byref(self.error))
+        code = self.lib.rsdlpack_py_share_into(array_p, torch.Tensor, self.result_p, self.error_p)
         assert code == 0
+        self.c_calls += 2
         return adopt(self.result.exporter)
 
     def import_(self, tensor):
-        code = self.lib.rsdlpack_py_import_plan(tensor, None, ctypes.byref(self.plan_options),
-                                                ctypes.byref(self.imported), ctypes.byref(self.error))
+        code = self.lib.rsdlpack_py_import_plan(tensor, None, self.plan_options_p, self.imported_p, self.error_p)
         assert code == 0
+        self.c_calls += 1
         return self.imported.plan.tensor
 
     def step(self, params, x, cotangent, timer):
         t0 = time.perf_counter()
-        shared = [self.share(m) for m in (*params, x)]
+        shared = [self.share(m) for m in ((x,) if self.function else (*params, x))]
         t1 = time.perf_counter()
-        forward = self.call.forward(True, *shared)
+        forward = self.call.forward(*self.prefix, *shared)
         del shared
         t2 = time.perf_counter()
         y = self.import_(forward.outputs[0])
@@ -124,16 +149,61 @@ class Rsdlpack:
         handles = [self.import_(g) for g in grads.tensors]
         for handle in (y, *handles):  # what Julia's arrays do when they are collected
             self.lib.rsdlpack_imported_release(handle)
+        self.c_calls += 1 + len(handles)
         while self.lib.rsdlpack_py_take_released_roots(self.roots, 64) == 64:  # Julia's unroot_released!
-            pass
+            self.c_calls += 1
+        self.c_calls += 1
         t5 = time.perf_counter()
         timer.add("bridge calls", (t1 - t0) + (t3 - t2) + (t5 - t4))
         timer.add("forward + pullback (Python)", (t2 - t1) + (t4 - t3))
         return y
 
+    def calls_per_step(self, params, x, cotangent):
+        before = self.c_calls
+        self.step(params, x, cotangent, Timer())
+        return self.c_calls - before
+
+
+def ctypes_call_cost():
+    """The cost of one ctypes call beyond what its C function does, in seconds: a call of
+    memcmp over 0 bytes, its pointers made once as the bridge's are (through ctypes.PyDLL, the
+    GIL held, as the bridge is called); the median of 21 runs of 20000."""
+    libc = ctypes.PyDLL(None)
+    memcmp = libc.memcmp
+    memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    memcmp.restype = ctypes.c_int
+    a, b = ctypes.c_int64(0), ctypes.c_int64(0)
+    a_p, b_p = ctypes.byref(a), ctypes.byref(b)
+    runs = []
+    for _ in range(21):
+        t0 = time.perf_counter()
+        for _ in range(20000):
+            memcmp(a_p, b_p, 0)
+        runs.append((time.perf_counter() - t0) / 20000)
+    return statistics.median(runs)
+
+
+def load_before():
+    """The Python half named by RSDLPACK_AUTODIFF_BEFORE (a copy of an earlier one), or None."""
+    path = os.environ.get("RSDLPACK_AUTODIFF_BEFORE")
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location("rsdlpack_autodiff_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def torch_idiomatic(module, x, cotangent, inputs_only=False):
+    """The computation as Python torch users write it: the module called on an input that
+    requires grad, torch.autograd.grad for its parameters (unless `inputs_only`) and the input."""
+    leaf = x.detach().requires_grad_()
+    y = module(leaf)
+    return torch.autograd.grad(y, [leaf] if inputs_only else [*module.parameters(), leaf], cotangent)
+
 
 def torch_alone(module, names, params, x, cotangent):
-    """The same computation in Python torch: functional_call on leaves that require grad, then
+    """The same computation through torch.func.functional_call on leaves that require grad, then
     torch.autograd.grad for the parameters and the input."""
     leaves = [p.detach().requires_grad_() for p in params]
     leaf = x.detach().requires_grad_()
@@ -170,16 +240,21 @@ def main():
     if not library:
         sys.exit("RSDLPACK_PYTHON_LIB must name the built bridge (source scripts/env.sh; build_python_bridge)")
     bridge = Bridge(library, ctypes.PyDLL)  # the GIL held across each call, as under Julia
+    before = load_before()
+    ctypes_us = ctypes_call_cost() * 1e6
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, FEATURES))
     names = [n for n, _ in module.named_parameters()]
     params_np = [julia_array(p.detach().numpy()) for p in module.parameters()]
     params_t = [torch.from_numpy(p) for p in params_np]
     rsdlpack = Rsdlpack(bridge, module)
+    rsdlpack_before = Rsdlpack(bridge, module, before) if before else None
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); MLP Linear({FEATURES} => {HIDDEN}), "
-          f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input)")
-    print(f"{'batch':>6} {'crossing':>9} {'torch alone':>12} {'RsDLPack':>10} {'NumPy copies':>13} "
-          f"{'RsDLPack - torch':>17} {'bridge calls':>13} {'copies':>9} {'copies / bridge calls':>22}")
+          f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input); "
+          f"one ctypes call ≈ {ctypes_us:.2f} µs")
+    print(f"{'batch':>6} {'crossing':>9} {'torch alone':>12} {'functional_call':>16} "
+          f"{'RsDLPack before':>16} {'RsDLPack':>10} {'NumPy copies':>13} {'RsDLPack - torch':>17} "
+          f"{'bridge calls':>13} {'copies':>9} {'copies / bridge calls':>22}")
     for batch, rounds in ((64, 41), (4096, 9)):
         rng = np.random.default_rng(batch)
         x_np = julia_array(rng.standard_normal((batch, FEATURES)))
@@ -189,12 +264,18 @@ def main():
         want = torch_alone(module, names, params_t, x_t, ct_t)
         _, back = numpy_copies(module, names, params_np, x_np, ct_np, Timer())
         assert all(np.allclose(b, w.numpy(), rtol=1e-4, atol=1e-5) for b, w in zip(back, want))
-        times = {"torch": [], "rsdlpack": [], "numpy": [], "bridge": [], "copies": []}
+        idiomatic = torch_idiomatic(module, x_t, ct_t)
+        assert all(torch.allclose(i, w, rtol=1e-4, atol=1e-5) for i, w in zip(idiomatic, want))
+        times = {"torch": [], "functional_call": [], "before": [], "rsdlpack": [], "numpy": [], "bridge": [],
+                 "copies": []}
         paths = {
-            "torch": lambda: torch_alone(module, names, params_t, x_t, ct_t),
+            "torch": lambda: torch_idiomatic(module, x_t, ct_t),
+            "functional_call": lambda: torch_alone(module, names, params_t, x_t, ct_t),
             "rsdlpack": lambda: rsdlpack.step(params_np, x_np, ct_np, rs_timer),
             "numpy": lambda: numpy_copies(module, names, params_np, x_np, ct_np, np_timer),
         }
+        if rsdlpack_before:
+            paths["before"] = lambda: rsdlpack_before.step(params_np, x_np, ct_np, Timer())
         for run in paths.values():  # warm-up: first calls, the argument structs built
             rs_timer, np_timer = Timer(), Timer()
             run()
@@ -210,17 +291,20 @@ def main():
         bridge_us = statistics.median(times["bridge"]) * 1e6
         copies_us = statistics.median(times["copies"]) * 1e6
         crossing = f"{x_np.nbytes / 2**20:g} MiB"
-        print(f"{batch:>6} {crossing:>9} {median_ms(times['torch']):>9.3f} ms {median_ms(times['rsdlpack']):>7.3f} ms "
+        before_ms = f"{median_ms(times['before']):>13.3f} ms" if times["before"] else f"{'-':>16}"
+        print(f"{batch:>6} {crossing:>9} {median_ms(times['torch']):>9.3f} ms "
+              f"{median_ms(times['functional_call']):>13.3f} ms {before_ms} {median_ms(times['rsdlpack']):>7.3f} ms "
               f"{median_ms(times['numpy']):>10.3f} ms "
               f"{(median_ms(times['rsdlpack']) - median_ms(times['torch'])) * 1e3:>14.1f} µs "
               f"{bridge_us:>10.1f} µs {copies_us / 1e3:>6.2f} ms {copies_us / bridge_us:>21.0f}×")
         sys.stdout.flush()
-    fixed_cost(bridge)
+    fixed_cost(bridge, before, ctypes_us)
 
 
-def fixed_cost(bridge):
+def fixed_cost(bridge, before, ctypes_us):
     """The per-call cost alone: the whole sequence on a 4-wide MLP at batch 2, where torch's own
-    work is smallest, against torch alone on the same; best of five runs of 2000 calls each."""
+    work is smallest, against torch alone on the same. 41 rounds; in each, every path runs 500
+    calls in turn (alternating order); the median over rounds of each path's mean per call."""
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
     names = [n for n, _ in module.named_parameters()]
@@ -228,27 +312,46 @@ def fixed_cost(bridge):
     params_t = [torch.from_numpy(p) for p in params_np]
     x_np, ct_np = julia_array(np.ones((2, 4))), julia_array(np.ones((2, 4)))
     x_t, ct_t = torch.from_numpy(x_np), torch.from_numpy(ct_np)
-    rsdlpack, timer = Rsdlpack(bridge, module), Timer()
-    paths = {"torch alone": lambda: torch_alone(module, names, params_t, x_t, ct_t),
-             "RsDLPack": lambda: rsdlpack.step(params_np, x_np, ct_np, timer)}
-    best = {}
-    for name, run in paths.items():
+    timers = {}
+    calls = {}
+    paths = {"torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
+             "torch alone, input only": lambda: torch_idiomatic(module, x_t, ct_t, inputs_only=True),
+             "functional_call": lambda: torch_alone(module, names, params_t, x_t, ct_t)}
+    for label, ad_module in (("", ad), (" before", before)):
+        if ad_module is None:
+            continue
+        for kind, function in (("Module", False), ("Function", True)):
+            name = kind + label
+            rs = Rsdlpack(bridge, module, ad_module, function=function)
+            calls[name] = rs.calls_per_step(params_np, x_np, ct_np)
+            timers[name] = Timer()
+            paths[name] = (lambda rs, name: lambda: rs.step(params_np, x_np, ct_np, timers[name]))(rs, name)
+    for run in paths.values():
         for _ in range(200):
             run()
-        runs = []
-        for _ in range(5):
+    for timer in timers.values():
+        timer.parts.clear()
+    per_call = {name: [] for name in paths}
+    for k in range(41):
+        order = list(paths) if k % 2 == 0 else list(reversed(paths))
+        for name in order:
+            run = paths[name]
             t0 = time.perf_counter()
-            for _ in range(2000):
+            for _ in range(500):
                 run()
-            runs.append((time.perf_counter() - t0) / 2000)
-        best[name] = min(runs) * 1e6
-    timer = Timer()
-    for _ in range(2000):
-        rsdlpack.step(params_np, x_np, ct_np, timer)
-    calls = timer.parts["bridge calls"] / 2000 * 1e6
-    print(f"per call, Linear(4 => 4), Tanh, Linear(4 => 4) at batch 2: torch alone {best['torch alone']:.1f} µs, "
-          f"RsDLPack {best['RsDLPack']:.1f} µs, difference {best['RsDLPack'] - best['torch alone']:.1f} µs "
-          f"(bridge calls {calls:.1f} µs for 6 shares, 6 imports, 6 releases)")
+            per_call[name].append((time.perf_counter() - t0) / 500 * 1e6)
+    median = {name: statistics.median(samples) for name, samples in per_call.items()}
+    print(f"per call, Linear(4 => 4), Tanh, Linear(4 => 4) at batch 2 (medians of 41 rounds of 500 calls): "
+          f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
+          f"functional_call {median['functional_call']:.1f} µs")
+    for name in timers:
+        baseline = "torch alone, input only" if name.startswith("Function") else "torch alone"
+        bridge_s = timers[name].parts["bridge calls"] / (41 * 500)
+        difference = median[name] - median[baseline]
+        without = difference - calls[name] * ctypes_us
+        print(f"  {name:<16} {median[name]:7.1f} µs: {difference:6.1f} µs beyond {baseline!r}, "
+              f"{without:6.1f} µs without ctypes' {calls[name]} calls ({calls[name] * ctypes_us:.1f} µs); "
+              f"bridge calls {bridge_s * 1e6:.1f} µs")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@
 //! `RSDLPACK_BENCH_REUSE=1` copies into one buffer whose pages are in already (both sides),
 //! to time the copy kernels without the kernel's page clearing.
 //! `RSDLPACK_BENCH_RUNS` (a number) times that many batches instead, to give a profiler samples
-//! (planner and copies alike).
+//! (planner and copies alike). `RSDLPACK_BENCH_CALLS` (a number) makes each validate + plan
+//! batch that many calls instead of ~2 ms: with `RSDLPACK_BENCH_RUNS=1` and `=2` under
+//! callgrind, the difference of the two counts is one batch's instructions alone
+//! (`scripts/budgets.sh`).
 //! `RSDLPACK_BENCH_ZERO_SOURCE=1` leaves the source unwritten, as benches before it was filled:
 //! every read then hits the kernel's shared (huge) zero page, a few MiB at most of physical
 //! memory that stays in cache, so the copies read no DRAM at all.
@@ -81,27 +84,33 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
         strides: strides.as_mut_ptr(),
         byte_offset: 0,
     };
-    // Batches of ~2 ms: 20000 calls of the common layouts, fewer of the adversarial ones.
-    let calls = calls_per_batch(&tensor);
     // What an import plans: a host array in the producer's order, a copy only if needed,
     // written into the caller's flat plan.
     let request = ArrayRequest::new(Target::HostArray);
     let mut out = ArrayPlan::zeroed();
     // Validated where it lies, as an import validates into its tensor's descriptor.
     let mut d = TensorDescriptor::empty();
+    // One loop, for the calibration and the batches alike: a second call site would leave
+    // `validate_into` out of line here (LLVM inlines a function called once), and the rows
+    // would time the call besides the work (BENCHMARKS.md, "Issue 39").
+    let mut batch = |calls: u32| {
+        let start = Instant::now();
+        for _ in 0..calls {
+            // SAFETY: shape and strides point into the vectors above, alive for the loop.
+            unsafe { d.validate_into(black_box(&tensor), None, DlpackFlags::empty()) }.unwrap();
+            black_box(decide(black_box(&d), black_box(&request), &mut out).unwrap());
+            black_box(&mut out);
+        }
+        start.elapsed().as_secs_f64() / f64::from(calls)
+    };
+    // Batches of ~2 ms: 20000 calls of the common layouts, fewer of the adversarial ones; or
+    // `RSDLPACK_BENCH_CALLS` each, a count that does not depend on the clock (callgrind).
+    let calls = match knob("RSDLPACK_BENCH_CALLS").parse() {
+        Ok(calls) => calls,
+        Err(_) => (2e-3 / batch(10)).clamp(1.0, 20_000.0) as u32,
+    };
     let batches = knob("RSDLPACK_BENCH_RUNS").parse().unwrap_or(15);
-    let mut samples: Vec<f64> = (0..batches)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..calls {
-                // SAFETY: shape and strides point into the vectors above, alive for the loop.
-                unsafe { d.validate_into(black_box(&tensor), None, DlpackFlags::empty()) }.unwrap();
-                black_box(decide(black_box(&d), black_box(&request), &mut out).unwrap());
-                black_box(&mut out);
-            }
-            start.elapsed().as_secs_f64() * 1e9 / f64::from(calls)
-        })
-        .collect();
+    let mut samples: Vec<f64> = (0..batches).map(|_| batch(calls) * 1e9).collect();
     // The timed loop's last plan is read: LLVM has dropped planner work that no read needed.
     let mut reference = ArrayPlan::zeroed();
     decide(&d, &request, &mut reference).unwrap();
@@ -113,20 +122,6 @@ fn plan_ns(shape: &[i64], strides: &[i64]) -> f64 {
     // batch is slower only because something else ran.
     samples.sort_by(f64::total_cmp);
     samples[0]
-}
-
-/// How many validate + plan calls of `tensor` take about 2 ms (1 to 20000).
-fn calls_per_batch(tensor: &DLTensor) -> u32 {
-    let request = ArrayRequest::new(Target::HostArray);
-    let (mut d, mut out) = (TensorDescriptor::empty(), ArrayPlan::zeroed());
-    let start = Instant::now();
-    for _ in 0..10 {
-        // SAFETY: the caller's tensor points to its live shape and strides.
-        unsafe { d.validate_into(black_box(tensor), None, DlpackFlags::empty()) }.unwrap();
-        black_box(decide(black_box(&d), black_box(&request), &mut out).unwrap());
-    }
-    let each = start.elapsed().as_secs_f64() / 10.0;
-    (2e-3 / each).clamp(1.0, 20_000.0) as u32
 }
 
 /// Whether two flat plans say the same (their entries up to `ndims`).

@@ -1,5 +1,5 @@
 # The Lux layer over a torch nn.Module (`RsDLPack.torch_layer`, julia/autodiff.jl): parameters
-# and buffers by name, Julia's own arrays, through torch.func.functional_call on the Python side.
+# and buffers by name, Julia's own arrays, called as torch.func.functional_call calls it, on the Python side.
 #
 # LuxCore names used, traced at LuxCore-v1.0.0 and LuxCore-v1.5.3 (lib/LuxCore/src/LuxCore.jl
 # in LuxDL/Lux.jl; the ends of [compat] "1"): AbstractLuxLayer, initialparameters and

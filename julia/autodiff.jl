@@ -47,7 +47,7 @@ boolean outputs as arrays that carry no gradient). `nothing`, numbers and string
 as Python values.
 
 With ChainRulesCore loaded it has an `rrule` (so Zygote differentiates through it): the
-forward records the vector-Jacobian product in Python (`torch.func.vjp`, `jax.vjp`), and the
+forward records the vector-Jacobian product in Python (torch's autograd, `jax.vjp`), and the
 pullback shares the cotangents zero-copy and returns the input cotangents as Julia arrays over
 their memory (`NoTangent` for integer inputs and non-arrays, `ZeroTangent` where no gradient
 flows).
@@ -178,7 +178,7 @@ A Lux layer (`LuxCore.AbstractLuxLayer`) over the torch `nn.Module` `module` (a 
 `initialparameters` gives the module's parameters as Julia arrays (copies; a `NamedTuple` by
 parameter name, as `named_parameters()` names them), `initialstates` its buffers
 (`st.buffers`) and `training = Val(true)`. `layer(x, ps, st)` runs
-`torch.func.functional_call(module, parameters_and_buffers, (x...,))` on the arrays shared
+`module(x...)` as `torch.func.functional_call(module, parameters_and_buffers, (x...,))` does on the arrays shared
 zero-copy and returns `(y, st)`, the buffers after the call (batch-norm statistics, updated in
 training mode) being the new state; Julia's own buffer arrays are never written.
 `LuxCore.trainmode`/`testmode` select the module's train/eval mode. Gradients with respect to

@@ -4,7 +4,8 @@ and the Lux layer): the Python half, which decides everything the Julia half onl
 Julia shares each input array zero-copy (`share`: into `torch.Tensor` through torch's DLPack C
 exchange API, or as an exporter that `jax.dlpack.from_dlpack` takes), calls `forward`, and
 imports each output zero-copy (`from_dlpack`). The forward records the vector-Jacobian product
-(`torch.func.vjp`, `jax.vjp`; for a module's functional call, torch's autograd, see `Module`)
+(torch's autograd on detached leaves of the inputs, or `torch.func.vjp` where an input is an
+integer tensor, see `Function`; `jax.vjp`; for a module's functional call, torch's autograd)
 in a `Pullback`; Julia shares the cotangents the same way, calls it, and imports the input
 cotangents. Nothing here copies a tensor that crosses, and no tensor that requires grad ever
 crosses: inputs are detached leaves of their own, outputs and cotangents are detached before
@@ -103,7 +104,8 @@ class _Torch:
         return str(t.dtype).removeprefix("torch.")
 
     def detach(self, t):
-        return t.detach() if isinstance(t, self.torch.Tensor) else t
+        # One that does not require grad (what autograd.grad answers) crosses as it is.
+        return t.detach() if isinstance(t, self.torch.Tensor) and t.requires_grad else t
 
     def device(self, t):
         return t.device
@@ -189,21 +191,29 @@ class _Inputs:
     """The forward's inputs as the backend's tensors, which of them are differentiable, and
     their version counters (to find a function that wrote into one)."""
 
+    __slots__ = ("values", "differentiable", "shared")
+
     def __init__(self, be, objects, never_differentiable=()):
-        self.values = []
-        self.differentiable = []
-        self.shared = []  # (position, tensor, version) of each tensor Julia shared
+        values = self.values = []
+        differentiable = self.differentiable = []
+        shared = self.shared = []  # (position, tensor, version) of each tensor Julia shared
+        is_tensor, as_tensor, version, is_diff = be.is_tensor, be.as_tensor, be.version, be.differentiable
+        tensor_type = be.tensor_type
         for k, x in enumerate(objects):
-            if x is None:
+            if type(x) is tensor_type:  # what Julia shares into torch.Tensor: no method of `be` to call
+                value = x
+                diff = (x.is_floating_point() or x.is_complex()) and k not in never_differentiable
+                shared.append((k, x, x._version))
+            elif x is None:
                 value, diff = None, False
-            elif be.is_tensor(x) or hasattr(x, "__dlpack__"):
-                value = be.as_tensor(x)
-                diff = be.differentiable(value) and k not in never_differentiable
-                self.shared.append((k, value, be.version(value)))
+            elif is_tensor(x) or hasattr(x, "__dlpack__"):
+                value = as_tensor(x)
+                diff = is_diff(value) and k not in never_differentiable
+                shared.append((k, value, version(value)))
             else:
                 value, diff = x, False  # a plain Python value (a number, a string)
-            self.values.append(value)
-            self.differentiable.append(diff)
+            values.append(value)
+            differentiable.append(diff)
 
     def check_unchanged(self, be):
         for k, t, version in self.shared:
@@ -217,6 +227,11 @@ class _Inputs:
 
     def positions(self):
         return [k for k, d in enumerate(self.differentiable) if d]
+
+    def all_tensors_differentiable(self):
+        """Whether every tensor input is differentiable (no integer, boolean or buffer tensor)."""
+        differentiable = self.differentiable
+        return all(differentiable[k] for k, _, _ in self.shared)
 
 
 def _split_outputs(be, result):
@@ -243,10 +258,10 @@ def _device_type(be, t):
     if t is None:
         return 0
     if be.name == "torch":
-        kind = t.device.type
-        if kind == "cpu":
+        if t.is_cpu:
             return 1
-        if kind == "cuda" and t.device.index is not None and not be.torch.version.hip:
+        device = t.device
+        if device.type == "cuda" and device.index is not None and not be.torch.version.hip:
             return 2
     return int(t.__dlpack_device__()[0])
 
@@ -438,6 +453,45 @@ class Function(_Callable):
         return meta["structure"], kinds, outputs
 
     def _torch_forward(self, inputs, positions):
+        if inputs.all_tensors_differentiable():
+            return self._torch_autograd_forward(inputs, positions)
+        return self._torch_func_forward(inputs, positions)
+
+    def _torch_autograd_forward(self, inputs, positions):
+        """Every tensor input is differentiable: torch's autograd on detached leaves of them, which
+        records what torch.func.vjp would without its transform's bookkeeping. Same refusals: an
+        in-place write into a leaf is refused by autograd before it writes, one under no_grad is
+        found by the version counter. With an integer tensor input, torch.func is used instead: it
+        refuses an in-place write into a captured tensor before it writes, autograd would not."""
+        be = self.backend
+        torch = be.torch
+        leaves = list(inputs.values)
+        for k in positions:
+            leaves[k] = leaves[k].detach().requires_grad_()
+        with torch.enable_grad():
+            try:
+                result = self.fn(*leaves)
+            finally:
+                inputs.check_unchanged(be)
+        structure, outputs, kinds = _split_outputs(be, result)
+        # A floating output that does not depend on a leaf (a constant, a frozen parameter) is
+        # differentiable all the same, with a zero cotangent for every input, as under torch.func.
+        diff_out = [o for o, kind in zip(outputs, kinds) if kind == KIND_TANGENT]
+        diff_leaves = [leaves[k] for k in positions]
+        retain = self.retain
+
+        def vjp(given):
+            pairs = [(o, g) for o, g in zip(diff_out, given) if g is not None and o.requires_grad]
+            if not pairs:
+                return [None] * len(diff_leaves)
+            return torch.autograd.grad([o for o, _ in pairs], diff_leaves, [g for _, g in pairs],
+                                       retain_graph=retain, allow_unused=True)
+
+        detached = [o.detach() if o is not None else None for o in outputs]
+        pullback = Pullback(be, self.order, vjp, len(inputs.values), positions, kinds, detached, retain)
+        return Forward(be, structure, kinds, detached, pullback)
+
+    def _torch_func_forward(self, inputs, positions):
         torch = self.backend.torch
         meta = {}
         closed = self._closed(inputs, positions, meta)
@@ -475,8 +529,39 @@ class Function(_Callable):
         return Forward(self.backend, structure, kinds, outputs, pullback)
 
 
+def _member_sites(module, table, named, names):
+    """Where each named parameter (`table` "_parameters") or buffer ("_buffers") of `module` is
+    held: per name in `names`, the (owner's table, attribute) pairs of every submodule that
+    holds that tensor (several where weights are tied, which `named(remove_duplicate=False)`
+    lists under each of their names)."""
+    places = {}
+    for name, tensor in named(remove_duplicate=False):
+        owner, _, attribute = name.rpartition(".")
+        places.setdefault(id(tensor), []).append((getattr(module.get_submodule(owner), table), attribute))
+    first = dict(named())
+    return [tuple(places[id(first[name])]) for name in names]
+
+
+def _functional_call(module, sites, tensors, args):
+    """`torch.func.functional_call(module, dict(zip(names, tensors)), args)` with tied weights
+    tied, done as torch does it (each tensor set in its owners' `_parameters`/`_buffers` tables
+    for the call, the module's own put back after), with the owners found once per module
+    (`_member_sites`) rather than on every call."""
+    saved = []
+    try:
+        for tensor, places in zip(tensors, sites):
+            for table, attribute in places:
+                saved.append((table, attribute, table[attribute]))
+                table[attribute] = tensor
+        return module(*args)
+    finally:
+        for table, attribute, original in reversed(saved):
+            table[attribute] = original
+
+
 class Module(_Callable):
-    """A torch `nn.Module` called functionally (`torch.func.functional_call`) on parameters and
+    """A torch `nn.Module` called functionally (as `torch.func.functional_call` calls it, see
+    `_functional_call`: where each parameter lives is found once, when wrapped) on parameters and
     buffers Julia owns: the Lux layer's Python half.
 
     `forward(training, *tensors)` takes the parameters (in `parameter_names` order), then the
@@ -503,6 +588,8 @@ class Module(_Callable):
         self.tensor_type = torch.Tensor
         self.parameter_names = tuple(name for name, _ in module.named_parameters())
         self.buffer_names = tuple(name for name, _ in module.named_buffers())
+        self._sites = (_member_sites(module, "_parameters", module.named_parameters, self.parameter_names)
+                       + _member_sites(module, "_buffers", module.named_buffers, self.buffer_names))
 
     def __repr__(self):
         return f"rsdlpack_autodiff.Module({type(self.module).__name__}, order={self.order!r})"
@@ -539,13 +626,12 @@ class Module(_Callable):
         for k in positions:
             leaves[k] = inputs.values[k].detach().requires_grad_()
         buffers = [b.detach().clone() if b is not None else None for b in inputs.values[n_params:n_params + n_buffers]]
-        state = dict(zip(self.parameter_names, leaves[:n_params]))
-        state.update(zip(self.buffer_names, buffers))
         if self.module.training != bool(training):  # train() walks every submodule: only on a change
             self.module.train(bool(training))
         with torch.enable_grad():
             try:
-                result = torch.func.functional_call(self.module, state, tuple(leaves[n_params + n_buffers:]))
+                result = _functional_call(self.module, self._sites, (*leaves[:n_params], *buffers),
+                                          leaves[n_params + n_buffers:])
             finally:
                 inputs.check_unchanged(self.backend)
         structure, outputs, kinds = _split_outputs(self.backend, result)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust core, Python bridge against real NumPy/JAX (embedded and through
 # ctypes), the C header (current, and its Julia and ctypes mirrors), the module layering of the
-# core and the bridges (no cycles), a simulated Pkg install from a read-only copy, the jlrs
-# bridge type-check, the fuzz targets type-checked, every .jl file parsed and linted, and the
-# Julia suite where Julia is.
+# core and the bridges (no cycles), a simulated Pkg install from a read-only copy, the hot
+# paths' instruction budgets (callgrind), the jlrs bridge type-check, the fuzz targets
+# type-checked, every .jl file parsed and linted, and the Julia suite where Julia is.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 
@@ -39,6 +39,9 @@ build_python_bridge
 # test_install.py builds from a read-only copy of the tracked files; its cargo targets are kept
 # here so that only RsDLPack's own crates are recompiled on each run.
 RSDLPACK_INSTALL_TARGET="$ROOT/target/install-check" "$VENV/bin/python" -m pytest -q test/python
+
+echo "== instruction budgets of the hot paths, under callgrind (scripts/budgets.sh, benches/budgets.toml)"
+bash scripts/budgets.sh
 
 echo "== Julia bridge: jlrs type-check and lints without Julia (DOCS_RS=1, own target dir)"
 # jlrs has no per-version features (since 0.22): under DOCS_RS its build scripts take its stable

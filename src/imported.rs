@@ -62,7 +62,7 @@ pub(crate) struct Slot {
     /// First, so that the pointer a consumer hands to the deleter is the allocation's.
     pub(crate) header: MaybeUninit<DLManagedTensorVersioned>,
     /// A [`crate::export::forward::Release`].
-    pub(crate) release: Option<fn(PendingRelease)>,
+    pub(crate) release: Option<fn(ImportedTensor)>,
 }
 
 impl Slot {

@@ -699,7 +699,8 @@ mod tests {
         drop(release);
         assert_eq!(given_back(), [], "once");
         let (tensor, count) = on_device(3);
-        let forwarded = crate::export::forward::forward_versioned(tensor, drop).unwrap();
+        let forwarded =
+            crate::export::forward::forward_versioned(tensor, |t| drop(t.into_release())).unwrap();
         assert_eq!(given_back(), [], "forwarding keeps it");
         let before = tried();
         drop(forwarded);
@@ -741,7 +742,8 @@ mod tests {
         let (mut tensor, count) = tensor_on(CUDA0, 0x1000, &[4]);
         // SAFETY: without a driver no handle is ever dereferenced.
         unsafe { tensor.set_consumer_stream(StreamRequest::Handle(0x1230)) };
-        fn ordered(release: PendingRelease) {
+        fn ordered(tensor: ImportedTensor) {
+            let release = tensor.into_release();
             assert!(release.is_ordered());
             assert!(matches!(release.complete(), Err(Error::NoCudaDriver)));
         }

@@ -18,22 +18,23 @@ use crate::error::Result;
 use crate::export::described::dl_tensor_of;
 use crate::export::{claimed_minor, flags};
 use crate::imported::{Imported, ImportedTensor, ManagedTensor, Slot};
-use crate::release::PendingRelease;
 use dlpark::Managed;
 use dlpark::ffi::{DLManagedTensorVersioned, DLPackVersion};
 use std::mem::{MaybeUninit, offset_of};
 
-/// Disposes of the producer's tensor when the forwarded one is released: dropping the
-/// [`PendingRelease`] waits for the consumer's work on it, then runs the producer's deleter; a
-/// bridge may defer that instead.
-pub type Release = fn(PendingRelease);
+/// Disposes of the producer's tensor when the forwarded one is released: as
+/// [`ImportedTensor::into_release`] (dropping the [`PendingRelease`](crate::release::PendingRelease) waits for the consumer's
+/// work on it, then runs the producer's deleter), or at once where nothing orders it
+/// ([`ImportedTensor::release_if_unordered`]); a bridge may defer either. Handed the tensor
+/// itself, not its pending release, so that a host tensor's release needs none.
+pub type Release = fn(ImportedTensor);
 
 // The deleter gets the header's address and frees the allocation from it.
 const _: () = assert!(offset_of!(Imported, forwarding) == 0 && offset_of!(Slot, header) == 0);
 
 /// `tensor` as a versioned managed tensor over the same memory and metadata, whose deleter
-/// hands the producer's tensor to `release`, ordered after the consumer's stream the tensor
-/// remembers ([`ImportedTensor::into_release`]). On error (an element type that needs a newer
+/// hands the producer's tensor to `release` (to be released after the consumer's stream the
+/// tensor remembers: [`ImportedTensor::into_release`]). On error (an element type that needs a newer
 /// DLPack than this library speaks) the producer's tensor goes to `release` before returning.
 pub fn forward_versioned(
     tensor: ImportedTensor,
@@ -43,7 +44,7 @@ pub fn forward_versioned(
     let minor = match claimed_minor(descriptor.element(), DLPackVersion::CURRENT.minor) {
         Ok(minor) => minor,
         Err(error) => {
-            release(tensor.into_release());
+            release(tensor);
             return Err(error);
         }
     };
@@ -100,7 +101,7 @@ unsafe extern "C" fn delete_forwarded(header: *mut DLManagedTensorVersioned) {
     // A panic must not cross this `extern "C"` boundary; the tensor is then leaked.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let release = imported.forwarding.release.expect("set when forwarded");
-        release(ImportedTensor::from_box(imported).into_release());
+        release(ImportedTensor::from_box(imported));
     }));
 }
 
@@ -125,7 +126,7 @@ mod tests {
     fn the_header_restates_the_descriptor() {
         let (tensor, count) = imported(&[2, 3, 4], &[1, 2, 6]);
         let expected = *tensor.descriptor();
-        let forwarded = forward_versioned(tensor, drop).unwrap();
+        let forwarded = forward_versioned(tensor, |tensor| drop(tensor.into_release())).unwrap();
         let raw = forwarded.into_raw();
         // SAFETY: `raw` is the header just made, owned here until its deleter runs.
         let header = unsafe { &*raw };
@@ -164,10 +165,10 @@ mod tests {
         static RELEASED: Cell<usize> = const { Cell::new(0) };
     }
 
-    /// A release that counts, then drops the producer's tensor.
-    fn counting(tensor: PendingRelease) {
+    /// A release that counts, then releases the producer's tensor.
+    fn counting(tensor: ImportedTensor) {
         RELEASED.set(RELEASED.get() + 1);
-        drop(tensor);
+        drop(tensor.into_release());
     }
 
     fn released() -> usize {
@@ -202,7 +203,7 @@ mod tests {
 
     #[test]
     fn a_panicking_release_does_not_unwind_into_the_caller() {
-        fn panicking(tensor: PendingRelease) {
+        fn panicking(tensor: ImportedTensor) {
             // Released first, so that nothing leaks (scripts/miri.sh checks leaks).
             drop(tensor);
             panic!("a release that fails");

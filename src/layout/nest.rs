@@ -204,6 +204,12 @@ fn lower_by_divisors(links: &[Link], bound: u64, out: &mut [u64], work: &mut Wor
     if !work.take((width as u64).saturating_mul(levels as u64)) {
         return false;
     }
+    // A prime power (power-of-two strides: stepped views of power-of-two arrays) needs no
+    // lattice: see `lower_along_powers`.
+    if let [PrimePower { prime, exponent }] = *primes {
+        lower_along_powers(links, bound, prime, exponent, out);
+        return factored.complete;
+    }
     // Small lattices (real strides') in small arrays: zeroing the large ones would cost more
     // than their search.
     const MOST: usize = Work::PLANNER.0 as usize;
@@ -269,6 +275,48 @@ fn lower_among<const N: usize, const WORDS: usize>(
     if lattice.search(links, &mut chain[..links.len()]).is_some() {
         out.copy_from_slice(&chain[..links.len()]);
     }
+}
+
+/// [`lower_among`] for divisors `pᵉ` (`e ≤ exponent`) of one prime, in closed form. They divide
+/// one another in the order of their size, so the least reached divisor below each is the least
+/// reached at all, `p^lo`, and the next level reaches exactly the `e` from the least with
+/// `pᵉ ≥ p^lo + (nⱼ - 1)·sⱼ` up to the largest dividing `sⱼ₊₁`: the least chain is the least
+/// of each level, the one [`Lattice::search`] walks back down.
+fn lower_along_powers(links: &[Link], bound: u64, prime: u64, exponent: u32, out: &mut [u64]) {
+    // pᵉ divides the last stride for every e ≤ exponent: no power overflows.
+    let power = |e: u32| prime.pow(e);
+    let least_from = |from: u32, at_least: u64| (from..=exponent).find(|&e| power(e) >= at_least);
+    let Some(lowest) = least_from(0, bound) else {
+        return; // unreachable: the stride itself is at least `bound`
+    };
+    if power(lowest) == links[links.len() - 1].stride {
+        return;
+    }
+    if let [_, _] = links {
+        (out[0], out[1]) = (1, power(lowest));
+        return;
+    }
+    let mut chain = [0u64; MAX_NDIM];
+    let mut e = 0;
+    chain[0] = 1;
+    for j in 0..links.len() - 1 {
+        let Some(need) = (links[j].len - 1)
+            .checked_mul(links[j].stride)
+            .and_then(|reach| reach.checked_add(power(e)))
+        else {
+            return;
+        };
+        let Some(next) = least_from(e, need) else {
+            return; // unreachable: the gcd chain's next stride is such a power (see below)
+        };
+        // By induction `pᵉ` is at most the gcd chain's `Pⱼ` (which the caller's `out` holds):
+        // the least power holding this level's range is then at most its `Pⱼ₊₁`, a power of
+        // `p` that divides `sⱼ₊₁`, so it divides `sⱼ₊₁` too.
+        debug_assert!(links[j + 1].stride.is_multiple_of(power(next)), "{links:?}");
+        e = next;
+        chain[j + 1] = power(e);
+    }
+    out.copy_from_slice(&chain[..links.len()]);
 }
 
 /// The divisors of the last stride and, per level, which of them a chain reaches (bitsets of
@@ -579,6 +627,54 @@ mod tests {
     fn three_and_four_links_nest_as_the_exhaustive_search_does() {
         assert_eq!(agree_with_the_exhaustive_search(3, 40), 11_480 * 8);
         assert_eq!(agree_with_the_exhaustive_search(4, 18), 5_985 * 16);
+    }
+
+    /// Layouts whose last stride is a power of one prime, each nested by the lattice search
+    /// (`lower_among`) and in closed form (`lower_along_powers`) from the same gcd chain.
+    #[test]
+    fn prime_powers_nest_as_the_lattice_search_does() {
+        let mut compared = 0;
+        for (prime, most) in [(2u64, 10u32), (3, 6), (5, 4), (7, 3)] {
+            for exponent in 1..=most {
+                let last = prime.pow(exponent);
+                // Faster strides: every sorted pair and triple of divisors and non-divisors of
+                // the last stride below it, lengths 2 to 4.
+                for count in 2..=4usize {
+                    let faster = count - 1;
+                    let mut strides = vec![1u64; faster];
+                    loop {
+                        for lens in 0..3usize.pow(count as u32) {
+                            let mut pairs: Vec<(u64, u64)> = (0..faster)
+                                .map(|j| (2 + (lens / 3usize.pow(j as u32) % 3) as u64, strides[j]))
+                                .collect();
+                            pairs.push((2 + (lens / 3usize.pow(faster as u32) % 3) as u64, last));
+                            let links = links(&pairs);
+                            let mut gcds = vec![0; count];
+                            if gcd_chain(&links, &mut gcds).is_none() {
+                                continue;
+                            }
+                            let bound = links[..faster]
+                                .iter()
+                                .fold(1, |sum, l| sum + (l.len - 1) * l.stride);
+                            let primes = [PrimePower { prime, exponent }];
+                            let (mut searched, mut closed) = (gcds.clone(), gcds.clone());
+                            lower_among::<64, MAX_NDIM>(&links, bound, &primes, &mut searched);
+                            lower_along_powers(&links, bound, prime, exponent, &mut closed);
+                            assert_eq!(closed, searched, "{links:?}");
+                            compared += 1;
+                        }
+                        let Some(j) = (0..faster).rev().find(|&j| strides[j] < last.min(40)) else {
+                            break;
+                        };
+                        strides[j] += 1;
+                        for k in j + 1..faster {
+                            strides[k] = strides[j];
+                        }
+                    }
+                }
+            }
+        }
+        assert!(compared > 10_000, "{compared} layouts compared");
     }
 
     #[test]

@@ -210,6 +210,22 @@ def test_an_input_the_function_does_not_use_has_a_zero_cotangent(bridge):
     assert (isinstance(grads[1], np.ndarray) and not grads[1].any()) or grads[1] == ad.KIND_ZERO
 
 
+def test_an_output_that_depends_on_no_input_is_differentiable_with_zero_cotangents(bridge):
+    """A constant floating output is differentiable (as under torch.func), and a cotangent given
+    for it alone reaches no input: every input's cotangent is zero."""
+    julia = Julia(bridge)
+    f = ad.Function(lambda a: (a * 2, torch.ones(3, dtype=torch.float64)), "torch")
+    x = julia.array((3,), "float64")
+    forward = f.forward(julia.share(x, torch.Tensor))
+    assert forward.kinds == (ad.KIND_TANGENT, ad.KIND_TANGENT)
+    ones = julia.array((3,), "float64", values=np.ones(3))
+    assert forward.pullback(None, julia.share(ones, torch.Tensor)).kinds == (ad.KIND_ZERO,)
+    forward = f.forward(julia.share(x, torch.Tensor))
+    result = forward.pullback(julia.share(ones, torch.Tensor), julia.share(ones, torch.Tensor))
+    assert result.kinds == (ad.KIND_TANGENT,)
+    assert torch.equal(result.tensors[0], torch.full((3,), 2.0, dtype=torch.float64))
+
+
 def test_producer_order_keeps_julias_dims(bridge):
     julia = Julia(bridge, order="producer")
     memory = julia.array((3, 2), "float64")  # Julia's 3×2 array, column-major
@@ -578,6 +594,47 @@ def test_a_linear_layer_whose_weights_julia_set_computes_w_x_plus_b_in_julias_di
     forward = m.forward(True, *(julia.share(a, torch.Tensor) for a in (w_mem, b_julia, x_mem)))
     y_julia = forward.outputs[0].numpy().T  # Julia's out×batch array over the output's memory
     np.testing.assert_allclose(y_julia, w_julia.T @ x_julia + b_julia[:, None])
+
+
+class Tied(torch.nn.Module):
+    """An encoder and decoder sharing one weight (the decoder's is the encoder's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode = torch.nn.Linear(3, 3, bias=False)
+        self.decode = torch.nn.Linear(3, 3)
+        self.decode.weight = self.encode.weight
+
+    def forward(self, x):
+        if x.shape[0] == 0:
+            raise ValueError("empty batch")
+        return self.decode(torch.tanh(self.encode(x)))
+
+
+def test_a_module_call_matches_functional_call_with_tied_weights_and_puts_the_modules_own_back(bridge):
+    """The module is called as torch.func.functional_call calls it: a tied weight takes the one
+    tensor Julia passed under every name it has, and the module's own parameters are back after
+    the call, also after one that raised."""
+    julia = Julia(bridge)
+    torch.manual_seed(3)
+    net = Tied()
+    m = ad.Module(net)
+    assert m.parameter_names == ("encode.weight", "decode.bias")
+    own = [p for p in net.parameters()]
+    params = [julia.array(tuple(p.shape), "float32", values=p.numpy() + 0.5) for p in m.initial_parameters()]
+    x = julia.array((4, 3), "float32")
+    forward, outputs, grads = run(julia, m, [*params, x], ones_like_outputs, prefix=(True,))
+    leaves = [torch.tensor(p, requires_grad=True) for p in params]
+    tx = torch.tensor(x, requires_grad=True)
+    want = torch.func.functional_call(net, dict(zip(m.parameter_names, leaves)), (tx,))
+    np.testing.assert_allclose(outputs[0], want.detach().numpy(), rtol=1e-6)
+    want_grads = torch.autograd.grad(want, [*leaves, tx], torch.tensor(ones_like_outputs(forward)[0]))
+    for got, expected in zip(grads, want_grads):
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert [p for p in net.parameters()] == own and net.decode.weight is net.encode.weight
+    with pytest.raises(ValueError, match="empty batch"):
+        m.forward(True, *(julia.share(a, torch.Tensor) for a in (*params, julia.array((0, 3), "float32"))))
+    assert net.encode.weight is own[0] and net.decode.weight is own[0] and net.decode.bias is own[1]
 
 
 def test_a_training_loop_through_the_bridge_lowers_the_loss(bridge):

@@ -24,6 +24,15 @@
 
 #include "rsdlpack.h"
 
+/* Callgrind's client requests (valgrind's header; no-ops when not run under valgrind): the
+ * `budget` mode counts each path's instructions alone (scripts/budgets.sh). */
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define HAVE_CALLGRIND 1
+#endif
+#endif
+
 /* The DLPack 1.x ABI, as much of it as a producer of a host tensor needs. */
 typedef struct {
     void *data;
@@ -60,6 +69,10 @@ static struct {
     void (*release)(DLManagedTensorVersioned *);
     int (*import_plan)(PyObject *, const RsdlImportOptions *, const RsdlPlanOptions *,
                        RsdlImportResult *, char **);
+    /* Julia's entry (julia/python_bridge.jl); absent from older libraries, which are then
+     * timed through rsdlpack_py_import_plan. */
+    int (*import_plan_with_flags)(PyObject *, const RsdlImportOptions *, const RsdlPlanOptions *,
+                                  uint32_t, RsdlImportResult *, char **);
     void (*imported_release)(void *);
     int (*export_)(DLManagedTensorVersioned *, PyObject **, char **);
     int (*share)(const RsdlArrayExport *, RsdlShareResult *, char **);
@@ -73,6 +86,8 @@ static PyObject *array, *square, *from_dlpack, *dlpack_name, *kw_version, *kw_ve
 static const RsdlImportOptions CPU = {.has_device = 1, .device_type = 1, .copy = -1};
 /* What Julia's from_dlpack(Array, a) asks of the planner. */
 static const RsdlPlanOptions JULIA_ARRAY = {.element_code = -1, .ndims = -1, .copy = -1};
+/* The flags it passes for an Array (julia/import.jl, import_flags(true)). */
+static const uint32_t JULIA_FLAGS = RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_PLAN_WRITABLE_TYPE;
 static float backing[256];
 static const int64_t dims[2] = {16, 16}, strides[2] = {1, 16};
 
@@ -127,7 +142,12 @@ static void ours_device(void) { import_from(array, &CPU); }
 
 static void julia_from(PyObject *object) {
     RsdlImportResult result;
-    check(lib.import_plan(object, &CPU, &JULIA_ARRAY, &result, NULL), "rsdlpack_py_import_plan");
+    if (lib.import_plan_with_flags) {
+        check(lib.import_plan_with_flags(object, &CPU, &JULIA_ARRAY, JULIA_FLAGS, &result, NULL),
+              "rsdlpack_py_import_plan_with_flags");
+    } else {
+        check(lib.import_plan(object, &CPU, &JULIA_ARRAY, &result, NULL), "rsdlpack_py_import_plan");
+    }
     lib.imported_release(result.plan.tensor);
 }
 static void julia(void) { julia_from(array); }
@@ -277,6 +297,66 @@ static void measure(void) {
     }
 }
 
+/* The paths scripts/budgets.sh budgets, each with the peer's own call it is read against
+ * (benches/budgets.toml): our code's instructions are a path's count less its floor's. */
+typedef struct {
+    const char *name;
+    void (*run)(void);
+    PyObject **on; /* the layout the path is run on, or NULL */
+    int needs_torch;
+} Path;
+
+/* budget N, under `valgrind --tool=callgrind --instr-atstart=no`: each path warmed up, then
+ * run N and 2N times, each batch's instructions dumped alone ("PATH xCALLS"); a batch's
+ * difference divided by N is the path's instructions per call, start-up and warm-up apart. */
+static int budget(long calls, int torch) {
+#ifdef HAVE_CALLGRIND
+    if (!RUNNING_ON_VALGRIND) {
+        fprintf(stderr, "budget: run under valgrind --tool=callgrind --instr-atstart=no "
+                        "(scripts/budgets.sh)\n");
+        return 2;
+    }
+    static const Path paths[] = {
+        {"numpy floor", floor_plain, NULL, 0},
+        {"numpy import", ours, NULL, 0},
+        {"julia numpy", julia, NULL, 0},
+        {"julia numpy stepped 3x4", julia_layout, &layouts[2], 0},
+        {"numpy round trip", numpy_round_trip, NULL, 0},
+        {"share round trip", share, NULL, 0},
+        {"export round trip", export_round_trip, NULL, 0},
+        {"torch floor", torch_floor, NULL, 1},
+        {"torch import", ours_torch, NULL, 1},
+        {"julia torch", julia_torch, NULL, 1},
+    };
+    CALLGRIND_START_INSTRUMENTATION;
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        if (paths[p].needs_torch && !torch) {
+            continue;
+        }
+        layout = paths[p].on ? *paths[p].on : NULL;
+        for (int i = 0; i < 100; i++) {
+            paths[p].run(); /* warm-up: first-call work (caches, type lookups) not counted */
+        }
+        CALLGRIND_ZERO_STATS;
+        for (long batch = calls; batch <= 2 * calls; batch += calls) {
+            for (long i = 0; i < batch; i++) {
+                paths[p].run();
+            }
+            char name[96];
+            snprintf(name, sizeof name, "%s x%ld", paths[p].name, batch);
+            CALLGRIND_DUMP_STATS_AT(name);
+        }
+    }
+    CALLGRIND_STOP_INSTRUMENTATION;
+    return 0;
+#else
+    (void)calls;
+    (void)torch;
+    fprintf(stderr, "budget: built without valgrind's <valgrind/callgrind.h>\n");
+    return 2;
+#endif
+}
+
 /* torch.Tensor and its exchange table, or a message saying why the torch rows are left out. */
 static int load_torch(void) {
     PyObject *torch = PyImport_ImportModule("torch");
@@ -329,7 +409,8 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "usage: %s librsdlpack_python.so "
                 "[profile-import|profile-julia|profile-layout-K|profile-numpy-layout-K|profile-numpy|"
-                "profile-share|profile-export|profile-torch|profile-share-into]\n",
+                "profile-share|profile-export|profile-torch|profile-torch-import|profile-torch-floor|"
+                "profile-share-into|budget N]\n",
                 argv[0]);
         return 2;
     }
@@ -342,6 +423,7 @@ int main(int argc, char **argv) {
     *(void **)&lib.import = symbol(handle, "rsdlpack_py_import");
     *(void **)&lib.release = symbol(handle, "rsdlpack_tensor_release");
     *(void **)&lib.import_plan = symbol(handle, "rsdlpack_py_import_plan");
+    *(void **)&lib.import_plan_with_flags = dlsym(handle, "rsdlpack_py_import_plan_with_flags");
     *(void **)&lib.imported_release = symbol(handle, "rsdlpack_imported_release");
     *(void **)&lib.export_ = symbol(handle, "rsdlpack_py_export");
     *(void **)&lib.share = symbol(handle, "rsdlpack_py_share");
@@ -359,6 +441,9 @@ int main(int argc, char **argv) {
     }
     int torch = load_torch();
 
+    if (argc > 3 && strcmp(argv[2], "budget") == 0) {
+        return budget(atol(argv[3]), torch);
+    }
     if (argc > 2) { /* one competitor in a loop, for perf record */
         const char *which = argv[2];
         /* profile-layout-K: Julia's one call on layout K (0..5, in layout_names order);
@@ -376,6 +461,8 @@ int main(int argc, char **argv) {
                              : strcmp(which, "profile-share") == 0 ? share
                              : strcmp(which, "profile-export") == 0 ? export_round_trip
                              : strcmp(which, "profile-torch") == 0 && torch ? julia_torch
+                             : strcmp(which, "profile-torch-import") == 0 && torch ? ours_torch
+                             : strcmp(which, "profile-torch-floor") == 0 && torch ? torch_floor
                              : strcmp(which, "profile-share-into") == 0 && torch && lib.share_into
                                  ? share_into_torch
                                  : ours_device;
@@ -421,7 +508,7 @@ int main(int argc, char **argv) {
            rows[ours_row].median / np_ns, rows[ours_row].median - floor_ns);
     printf("  with dl_device=(CPU, 0), what from_dlpack(Array, ...) passes: %.2fx; beyond the floor: %.0f ns\n",
            rows[ours_device_row].median / np_ns, rows[ours_device_row].median - floor_ns);
-    printf("Julia's path (rsdlpack_py_import_plan + rsdlpack_imported_release): %.2fx; beyond the floor: %.0f ns\n",
+    printf("Julia's path (rsdlpack_py_import_plan_with_flags + rsdlpack_imported_release): %.2fx; beyond the floor: %.0f ns\n",
            rows[julia_row].median / np_ns, rows[julia_row].median - floor_ns);
     for (int i = 0; i < LAYOUTS; i++) {
         printf("  Julia's path vs np.from_dlpack, %s: %.2fx\n", layout_names[i],

@@ -107,15 +107,26 @@ pub fn release_imported_here_or_defer(tensor: ImportedTensor) -> rsdlpack::Resul
 }
 
 /// A forwarded tensor's release (see [`forward`]): at once when nothing needs waiting for and this
-/// thread holds the GIL, else queued. A deleter may be called with locks of its caller held that
-/// another Python thread could need, so it neither lets go of the GIL to wait nor waits holding
-/// it (every Python thread would stall, and a stream whose host function takes the GIL would
-/// never finish); it has no caller to tell of a failure either.
-fn release_forwarded(mut tensor: PendingRelease) {
-    if this_thread_holds_the_gil() && tensor.is_ready() {
-        let _ = tensor.complete();
+/// thread holds the GIL (host memory without a pending release, as
+/// [`release_imported_here_or_defer`] does), else queued. A deleter may be called with locks of
+/// its caller held that another Python thread could need, so it neither lets go of the GIL to
+/// wait nor waits holding it (every Python thread would stall, and a stream whose host function
+/// takes the GIL would never finish); it has no caller to tell of a failure either.
+fn release_forwarded(tensor: ImportedTensor) {
+    let holds_the_gil = this_thread_holds_the_gil();
+    let tensor = if holds_the_gil {
+        match tensor.release_if_unordered() {
+            Ok(()) => return,
+            Err(tensor) => tensor,
+        }
     } else {
-        defer(tensor);
+        tensor
+    };
+    let mut release = tensor.into_release();
+    if holds_the_gil && release.is_ready() {
+        let _ = release.complete();
+    } else {
+        defer(release);
     }
 }
 
