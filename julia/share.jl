@@ -1,8 +1,10 @@
 # share: Julia arrays to Python consumers. The exported tensor roots the array in ROOTS until
-# the consumer's deleter runs; the deleter may run on any thread, so it only queues the root id
-# (in Rust, bridges/python/src/export/roots.rs). Every answer from the bridge says how many ids wait,
-# and `unroot_released!` — run then, and by `flush_releases` — drops the roots here, on a
-# Julia thread.
+# the consumer's deleter runs (for CUDA memory: until the work the consumer had enqueued on its
+# stream by then has completed, an event the bridge's release queue checks, since consumers call
+# the deleter without waiting for it); the deleter may run on any thread, so it only queues the
+# root id (in Rust, bridges/python/src/export/roots.rs). Every answer from the bridge says how
+# many ids wait, and `unroot_released!` — run then, and by `flush_releases` — drops the roots
+# here, on a Julia thread.
 
 const ROOTS = Dict{UInt64,Any}()
 const ROOTS_LOCK = ReentrantLock()

@@ -73,7 +73,7 @@ pub const UNORDERED_RELEASES_FOR_TESTS: &str = "RSDLPACK_TEST_UNORDERED_RELEASES
 /// Whether [`UNORDERED_RELEASES_FOR_TESTS`] is set to 1 (read once), in a build with the
 /// `unordered-releases-for-tests` feature; never otherwise.
 #[cfg(feature = "unordered-releases-for-tests")]
-fn ordering_disabled() -> bool {
+pub(crate) fn ordering_disabled() -> bool {
     static DISABLED: OnceLock<bool> = OnceLock::new();
     *DISABLED.get_or_init(|| {
         std::env::var_os(UNORDERED_RELEASES_FOR_TESTS).is_some_and(|value| value == "1")
@@ -81,7 +81,7 @@ fn ordering_disabled() -> bool {
 }
 
 #[cfg(not(feature = "unordered-releases-for-tests"))]
-fn ordering_disabled() -> bool {
+pub(crate) fn ordering_disabled() -> bool {
     false
 }
 

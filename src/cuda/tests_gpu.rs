@@ -844,3 +844,55 @@ fn an_exports_release_waits_for_every_consumer_stream_before_the_memory_goes_bac
         "the memory went back after {waited:?}, before the consumer's work was done"
     );
 }
+
+/// A share into a type (`share(A, torch.Tensor)`): the owner (a Julia root) goes back only
+/// once the consumer's current work stream, as its exchange API table reported it, has done
+/// the work enqueued before the release; a table reporting NULL (or no stream) has its release
+/// recorded on the legacy default stream, which records and completes.
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn a_share_into_a_types_owner_goes_back_after_the_consumers_current_stream() {
+    use crate::export::plan::exchange_api_release_stream;
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let current = context.new_stream().unwrap();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let spec = on(CUDA0, memory.0, &[64], &[1]);
+    let gate = closed_gate();
+    close(&current, &gate);
+    let stream = exchange_api_release_stream(DeviceKind::Cuda, Some(current.cu_stream() as usize))
+        .expect("device memory is fenced");
+    let (owner, count) = CountingOwner::new();
+    // SAFETY: a live stream of device 0 that outlives the release.
+    let mut release =
+        unsafe { crate::export::given_back::give_back_after(owner, &spec, &[stream]) }
+            .expect("a fenced release");
+    assert!(
+        !release.is_ready(),
+        "the consumer's stream is still busy: the root must not go back"
+    );
+    assert_eq!(CountingOwner::releases(&count), 0);
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
+    release.complete().unwrap();
+    let waited = started.elapsed();
+    opener.join().unwrap();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the root went back after {waited:?}, before the consumer's work was done"
+    );
+
+    for reported in [None, Some(0)] {
+        let legacy = exchange_api_release_stream(DeviceKind::Cuda, reported);
+        assert_eq!(legacy, Some(1), "{reported:?}");
+        let (owner, count) = CountingOwner::new();
+        // SAFETY: 1: the legacy default stream of device 0's primary context.
+        let release = unsafe { crate::export::given_back::give_back_after(owner, &spec, &[1]) }
+            .expect("a fenced release");
+        assert!(release.is_ordered());
+        release.complete().unwrap();
+        assert_eq!(CountingOwner::releases(&count), 1);
+    }
+}

@@ -1,6 +1,7 @@
 //! Export: every way this library hands a managed tensor out. Here, a managed tensor over
 //! memory owned elsewhere; [`described`], one whose owner keeps the descriptor; [`forward`], an
-//! imported tensor handed on; [`plan`], what a consumer's request gets.
+//! imported tensor handed on; [`plan`], what a consumer's request gets; [`given_back`], an
+//! export's owner given back after its consumers' streams.
 //!
 //! A managed tensor over memory owned elsewhere restates a [`TensorDescriptor`] (a
 //! foreign tensor's, a copy's, or a Julia array's from [`TensorDescriptor::from_julia_layout`]):
@@ -28,6 +29,7 @@
 
 pub mod described;
 pub mod forward;
+pub mod given_back;
 pub mod plan;
 
 use crate::descriptor::TensorDescriptor;

@@ -264,6 +264,23 @@ pub fn exchange_api_stream(kind: DeviceKind) -> StreamRequest {
     }
 }
 
+/// The stream the release of memory shared into a type through its DLPack C exchange API
+/// (`share(A, torch.Tensor)`) is ordered after, for memory of `kind` and the consumer's
+/// current work stream as its table reported it (`current`, a `CUstream` value; `None` for a
+/// table without `current_work_stream`): the stream the consumer works on the memory on, which
+/// is its current one by the API's contract. The legacy default stream for a table that
+/// reports none and for NULL (0, the runtime API's name for it); none for memory that no
+/// stream orders (host and pinned memory: released at once, with no driver call).
+pub fn exchange_api_release_stream(kind: DeviceKind, current: Option<usize>) -> Option<usize> {
+    if !ordered_by_streams(kind) {
+        return None;
+    }
+    Some(match current {
+        None | Some(0) => 1,
+        Some(stream) => stream,
+    })
+}
+
 /// The consumer's stream to order after the producer's for shared memory that is not plain
 /// CUDA memory: managed memory is ordered as CUDA memory is; on the CPU the stream was checked
 /// before; pinned host memory and other devices cannot honour a stream.
@@ -295,6 +312,31 @@ fn capsule(element: ElementType, read_only: bool, version: VersionRequest) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fence plan of a share into a type (`share(A, torch.Tensor)`), per value of the
+    /// consumer's current work stream: device memory is released after that stream (the
+    /// legacy one where the table reports none or NULL), host and pinned memory at once.
+    #[test]
+    fn a_share_into_a_type_is_released_after_the_consumers_current_stream() {
+        use DeviceKind::*;
+        for kind in [Cuda, CudaManaged] {
+            let plan = |current| exchange_api_release_stream(kind, current);
+            assert_eq!(
+                plan(None),
+                Some(1),
+                "no current_work_stream: the legacy stream"
+            );
+            assert_eq!(plan(Some(0)), Some(1), "NULL is the legacy stream");
+            assert_eq!(plan(Some(1)), Some(1));
+            assert_eq!(plan(Some(2)), Some(2), "the per-thread stream stays itself");
+            assert_eq!(plan(Some(0x7f00)), Some(0x7f00));
+        }
+        for kind in [Cpu, CudaHost, Other(10)] {
+            for current in [None, Some(0), Some(1), Some(0x7f00)] {
+                assert_eq!(exchange_api_release_stream(kind, current), None, "{kind:?}");
+            }
+        }
+    }
 
     #[test]
     fn the_exchange_api_orders_managed_memory_as_it_orders_cuda_memory() {

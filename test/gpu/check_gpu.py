@@ -677,13 +677,19 @@ def release_after_caller(handle, caller):
 EXPORT_ROOT = [7_000_000]
 
 
-def export_release_race():
+TORCH_EXCHANGE_API = SKIP is None and hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+NO_TORCH_EXCHANGE_API = f"torch {torch.__version__ if torch else '-'} has no __dlpack_c_exchange_api__ (DLPack 1.3 C exchange API)"
+
+
+def export_release_race(into=None):
     """The export side's race. A buffer standing in for a Julia CuArray (CUDA.jl's pool reuses
     its block as soon as the root comes back) is shared under a root id; torch takes it on its
-    stream C (`__dlpack__(stream=C)`), enqueues a ~1 s kernel then a read of it, and drops the
-    tensor and the exporter at once. The "Julia" side polls for the root (an ordinary bridge
-    call drains the queue each time) and, the moment it comes back, writes -1 into the buffer
-    on its own stream W, as a new Julia array in the reused block would be written.
+    stream C (`__dlpack__(stream=C)`; with `into=torch.Tensor`, `share(A, torch.Tensor)`
+    through torch's C exchange API while C is torch's current stream, the stream the API's
+    contract says it works on), enqueues a ~1 s kernel then a read of it, and drops the tensor
+    (and the exporter) at once. The "Julia" side polls for the root (an ordinary bridge call
+    drains the queue each time) and, the moment it comes back, writes -1 into the buffer on its
+    own stream W, as a new Julia array of the same size in the reused block would be written.
 
     Returns (elements the read saw corrupted, host seconds until the root came back, the
     kernel's own seconds)."""
@@ -693,15 +699,23 @@ def export_release_race():
     buffer = torch.ones(RACE_N, device="cuda")
     C, W = torch.cuda.Stream(), torch.cuda.Stream()
     torch.cuda.synchronize()
-    shared, error = lib_gil.share(buffer.data_ptr(), [RACE_N], [1], ELEMENT_CODE_FLOAT32, root,
-                                  device=(KDLCUDA, 0), stream=torch.cuda.current_stream().cuda_stream or 1)
-    assert error is None, error
-    exporter, _ = shared
+    written_on = torch.cuda.current_stream().cuda_stream or 1
     with torch.cuda.stream(C):
         kernel = long_kernel(SLEEP)
-        view = torch.from_dlpack(exporter)
+        if into is None:
+            shared, error = lib_gil.share(buffer.data_ptr(), [RACE_N], [1], ELEMENT_CODE_FLOAT32, root,
+                                          device=(KDLCUDA, 0), stream=written_on)
+            assert error is None, error
+            exporter, _ = shared
+            view = torch.from_dlpack(exporter)
+        else:
+            shared, error = lib_gil.share(buffer.data_ptr(), [RACE_N], [1], ELEMENT_CODE_FLOAT32, root,
+                                          device=(KDLCUDA, 0), stream=written_on, into=into)
+            assert error is None, error
+            view, exporter = shared[0], None
+            assert isinstance(view, torch.Tensor) and view.data_ptr() == buffer.data_ptr(), "zero-copy"
         copy = view.clone()
-    del view, exporter  # torch calls the deleter now, without waiting for C
+    del view, exporter, shared  # torch calls the deleter now, without waiting for C
     t0 = time.perf_counter()
     while True:
         probe, error = lib_gil.import_plan(torch.arange(2.0))  # an ordinary call drains the queue
@@ -724,15 +738,28 @@ if CHILD:
     assert SKIP is None, SKIP
     corrupted, reused, host, _, kernel = release_race(explicit_release)
     export_corrupted, export_came_back, export_kernel = export_release_race()
+    into_corrupted, into_came_back, into_kernel = (export_release_race(into=torch.Tensor) if TORCH_EXCHANGE_API
+                                                   else (None, None, None))
     print(json.dumps({"corrupted": corrupted, "reused": reused, "host": host, "kernel": kernel,
                       "export_corrupted": export_corrupted, "export_came_back": export_came_back,
-                      "export_kernel": export_kernel}), flush=True)
+                      "export_kernel": export_kernel, "into_corrupted": into_corrupted,
+                      "into_came_back": into_came_back, "into_kernel": into_kernel}), flush=True)
     sys.exit(0)
 
 
 @check("export-side release: a shared array's root comes back only after torch's kernel on its stream; the reused block is not written under it")
 def _():
     corrupted, came_back, kernel = export_release_race()
+    assert corrupted == 0, f"torch's read saw {corrupted} elements written after the root came back"
+    assert came_back > 0.5 * kernel, f"the root came back after {came_back:.3f} s, before the {kernel:.3f} s kernel ended"
+    return f"the root came back after {came_back:.2f} s"
+
+
+@check("share into torch.Tensor (C exchange API): the root comes back only after torch's kernel on its current stream; the reused block is not written under it")
+def _():
+    if not TORCH_EXCHANGE_API:
+        raise Skip(NO_TORCH_EXCHANGE_API)
+    corrupted, came_back, kernel = export_release_race(into=torch.Tensor)
     assert corrupted == 0, f"torch's read saw {corrupted} elements written after the root came back"
     assert came_back > 0.5 * kernel, f"the root came back after {came_back:.3f} s, before the {kernel:.3f} s kernel ended"
     return f"the root came back after {came_back:.2f} s"
@@ -801,7 +828,7 @@ def _():
     return f"the flush waited {host:.2f} s"
 
 
-@check("with release ordering disabled (RSDLPACK_TEST_UNORDERED_RELEASES=1), the same races (import and export side) corrupt the kernel's input")
+@check("with release ordering disabled (RSDLPACK_TEST_UNORDERED_RELEASES=1), the same races (import side, export side, share into torch.Tensor) corrupt the kernel's input")
 def _():
     env = dict(os.environ, RSDLPACK_TEST_UNORDERED_RELEASES="1")
     child = subprocess.run([sys.executable, __file__, LIBRARY, UNORDERED_CHILD], env=env,
@@ -816,8 +843,15 @@ def _():
     assert answer["export_corrupted"] > 0, (f"unordered, the shared array's root came back at once but torch's read "
                                             f"was intact: the export race was not provoked ({answer})")
     assert answer["export_came_back"] < 0.5 * answer["export_kernel"], answer
+    if answer["into_corrupted"] is None:  # the share-into check above was skipped, saying why
+        return (f"{answer['corrupted']} of {RACE_N} elements overwritten; export side: {answer['export_corrupted']} "
+                f"overwritten; into torch.Tensor not run ({NO_TORCH_EXCHANGE_API})")
+    assert answer["into_corrupted"] > 0, (f"unordered, the root of an array shared into torch.Tensor came back at "
+                                          f"once but torch's read was intact: the race was not provoked ({answer})")
+    assert answer["into_came_back"] < 0.5 * answer["into_kernel"], answer
     return (f"{answer['corrupted']} of {RACE_N} elements overwritten, the release took {answer['host'] * 1000:.1f} ms; "
-            f"export side: {answer['export_corrupted']} overwritten")
+            f"export side: {answer['export_corrupted']} overwritten; into torch.Tensor: "
+            f"{answer['into_corrupted']} overwritten")
 
 
 

@@ -35,11 +35,12 @@ use rsdlpack::export::described::{
     DescribingOwner, HeaderSlot, SlotOwner, export_legacy_described, export_legacy_in_slot,
     export_versioned_described, export_versioned_in_slot,
 };
+use rsdlpack::export::given_back::give_back_after;
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
 use rsdlpack::release::ConsumerStreams;
-use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, PendingRelease, TensorDescriptor};
+use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -102,20 +103,11 @@ fn release_memory(memory: Keeper, descriptor: &TensorDescriptor, consumers: &Con
         return drop(memory);
     }
     let streams = consumers.take();
-    if streams.is_empty() {
-        return drop(memory);
-    }
-    // The keeper in a managed tensor of its own, the shape a release takes; restating the
-    // export's own descriptor cannot fail, and on error the keeper is dropped (given back).
-    let Ok(managed) = rsdlpack::export::export_versioned(descriptor, memory, 3) else {
-        return;
-    };
     // SAFETY: each stream is one a consumer named for this device's memory and works on it
     // (live until its tensor is released, which is now: see `of_export`).
-    let release = unsafe {
-        PendingRelease::of_export(ManagedTensor::Versioned(managed), descriptor, &streams)
-    };
-    crate::python::release::defer(release);
+    if let Some(release) = unsafe { give_back_after(memory, descriptor, &streams) } {
+        crate::python::release::defer(release);
+    }
 }
 
 /// The exporter type once built (null before): objects of this type, and only those (it allows
@@ -788,7 +780,8 @@ mod model_tests {
     fn model_a_noted_root_released_on_another_thread_is_seen_by_its_call() {
         let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         taken();
-        let (noted, released) = roots::NotedRoot::new(JuliaRoot(21));
+        // SAFETY: no fence: no stream is recorded on.
+        let (noted, released) = unsafe { roots::NotedRoot::new(JuliaRoot(21), None) };
         assert!(!released.load(Ordering::Acquire));
         std::thread::spawn(move || drop(noted)).join().unwrap();
         assert!(released.load(Ordering::Acquire));

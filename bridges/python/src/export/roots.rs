@@ -11,6 +11,8 @@
 //! next) never touches the lock. Ids released while the slot is full, and the slot's own
 //! sentinel id, go to the queue under its lock.
 
+use rsdlpack::export::given_back::give_back_after;
+use rsdlpack::{PendingRelease, TensorDescriptor};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,28 +31,75 @@ pub struct JuliaRoot(pub u64);
 /// A [`JuliaRoot`] whose release sets a flag that the call which handed it out keeps
 /// ([`Self::new`]): the owner handed to a consumer's C API, which may release it before
 /// returning, on whichever thread it likes (see [`super::share_into`]).
+///
+/// For device memory the consumer works on it on a stream, and calls the deleter without
+/// waiting for that stream (torch's storage deleter), while CUDA.jl's pool reuses the block
+/// as soon as the root comes back: the root then comes back only once an event recorded on
+/// that stream at the release has completed ([`ConsumerFence`], queued as an exporter's memory
+/// is: [`rsdlpack::export::given_back::give_back_after`]). Host memory has none, and its release
+/// stays a flag store and the root's queueing.
 pub struct NotedRoot {
-    _root: JuliaRoot,
     released: Arc<AtomicBool>,
+    /// `Some` until dropped.
+    root: Option<JuliaRoot>,
+    /// Where the release is ordered, for device memory; `None` for host memory.
+    fence: Option<Box<ConsumerFence>>,
+}
+
+/// What a [`NotedRoot`] of device memory orders its release after: the consumer's `stream` (a
+/// `CUstream` value, [`rsdlpack::export::plan::exchange_api_release_stream`]), recorded on for the
+/// memory `descriptor` describes.
+pub struct ConsumerFence {
+    pub descriptor: TensorDescriptor,
+    pub stream: usize,
 }
 
 impl NotedRoot {
-    /// The root, and the flag its drop sets.
-    pub fn new(root: JuliaRoot) -> (Self, Arc<AtomicBool>) {
+    /// The root, and the flag its drop sets. `fence`: where the release waits for the
+    /// consumer's work (`None`: given back at once).
+    ///
+    /// # Safety
+    /// `fence`'s stream must be 1, 2 or a `CUstream` of its memory's device that is live until
+    /// the root is dropped (the consumer's current work stream: it works on the memory there,
+    /// until it releases it).
+    pub unsafe fn new(
+        root: JuliaRoot,
+        fence: Option<Box<ConsumerFence>>,
+    ) -> (Self, Arc<AtomicBool>) {
         let released = Arc::new(AtomicBool::new(false));
         let noted = Self {
-            _root: root,
             released: Arc::clone(&released),
+            root: Some(root),
+            fence,
         };
         (noted, released)
+    }
+}
+
+impl NotedRoot {
+    /// Gives the root back, as the drop does: at once for host memory (`None`), else the
+    /// release to queue, fenced on the consumer's stream.
+    fn give_back(&mut self) -> Option<PendingRelease> {
+        let root = self.root.take();
+        let Some(fence) = self.fence.take() else {
+            drop(root);
+            return None;
+        };
+        // SAFETY: the stream is live until now (`new`'s contract), and the event recorded on
+        // it here orders the root's return after the work enqueued there so far.
+        unsafe { give_back_after(root, &fence.descriptor, &[fence.stream]) }
     }
 }
 
 impl Drop for NotedRoot {
     fn drop(&mut self) {
         // Release: pairs with the Acquire load of whoever reads the flag; the root itself is
-        // queued just after (the field's drop), which the reader does not need.
+        // given back just after, which the reader does not need.
         self.released.store(true, Ordering::Release);
+        if let Some(release) = self.give_back() {
+            // Never waits and runs no Python: the deleter may run on any thread.
+            crate::python::release::defer(release);
+        }
     }
 }
 
@@ -125,6 +174,78 @@ mod tests {
         taken.sort_unstable();
         assert_eq!(taken, [1, 2, 3, 4, 5]);
         assert_eq!((released_count(), take_released(&mut batch)), (0, 0));
+    }
+
+    /// A share into a type of host memory gives its root back at the drop; of device memory,
+    /// only when the release fenced on the consumer's stream completes (here, without a
+    /// driver, nothing can be recorded: the release completes at once when asked).
+    #[test]
+    fn without_a_driver_a_noted_root_of_device_memory_comes_back_with_its_release() {
+        // The stream below is made up: only without a driver is it never recorded on.
+        let here = rsdlpack::cuda::driver();
+        assert!(
+            matches!(here, Err(rsdlpack::Error::NoCudaDriver)),
+            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
+             skips without_a_driver_* tests where a driver exists"
+        );
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sink = [0u64; 64];
+        while take_released(&mut sink) > 0 {}
+        let on = |kind| {
+            let device = rsdlpack::Device { kind, id: 0 };
+            let mut descriptor = TensorDescriptor::empty();
+            descriptor
+                .julia_layout_into(
+                    0x1000,
+                    device,
+                    rsdlpack::ElementType::Float32,
+                    &[4],
+                    &[1],
+                    rsdlpack::IndexOrder::Producer,
+                )
+                .expect("a valid layout");
+            descriptor
+        };
+        let fence = |kind| {
+            Some(Box::new(ConsumerFence {
+                descriptor: on(kind),
+                stream: 0x7f00,
+            }))
+        };
+
+        // SAFETY: no fence: nothing is recorded.
+        let (mut host, flag) = unsafe { NotedRoot::new(JuliaRoot(31), None) };
+        assert!(host.give_back().is_none(), "host memory: no release");
+        drop(host);
+        assert!(flag.load(Ordering::Acquire));
+        assert_eq!(take_released(&mut sink), 1);
+        assert_eq!(sink[0], 31, "given back at once");
+
+        for kind in [
+            rsdlpack::DeviceKind::Cuda,
+            rsdlpack::DeviceKind::CudaManaged,
+        ] {
+            // SAFETY: without a driver no stream is dereferenced.
+            let (mut device, flag) = unsafe { NotedRoot::new(JuliaRoot(32), fence(kind)) };
+            let release = device.give_back().expect("device memory: a fenced release");
+            drop(device);
+            assert!(flag.load(Ordering::Acquire), "the deleter ran");
+            let early = take_released(&mut sink);
+            assert_eq!(
+                early,
+                0,
+                "{:?} came back before the release",
+                &sink[..early]
+            );
+            assert!(release.is_ordered());
+            let outcome = release.complete();
+            assert!(
+                matches!(outcome, Err(rsdlpack::Error::NoCudaDriver)),
+                "{outcome:?}"
+            );
+            assert_eq!(take_released(&mut sink), 1);
+            assert_eq!(sink[0], 32, "given back once the release completed");
+        }
     }
 
     #[test]
