@@ -401,7 +401,7 @@ mod tests {
     use crate::export::export_versioned;
     use crate::imported::ImportedTensor;
     use crate::stream::StreamRequest;
-    use crate::test_support::{CountingOwner, descriptor_on};
+    use crate::test_support::{CountingOwner, descriptor_on, require_no_driver};
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
 
@@ -499,17 +499,6 @@ mod tests {
         let outcome = release.complete();
         assert!(matches!(outcome, Err(Error::NoCudaDriver)), "{outcome:?}");
         assert_eq!(CountingOwner::releases(&count), 1);
-    }
-
-    /// Asserts what happens without a driver (CI); skipped by scripts/test.sh where one exists
-    /// (tests_gpu covers it there).
-    fn require_no_driver() {
-        let here = crate::cuda::driver();
-        assert!(
-            matches!(here, Err(Error::NoCudaDriver)),
-            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
-             skips without_a_driver_* tests where a driver exists"
-        );
     }
 
     #[test]

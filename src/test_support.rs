@@ -118,3 +118,14 @@ pub fn allocations_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let result = f();
     (result, ALLOCATIONS.with(std::cell::Cell::get) - before)
 }
+
+/// Asserts what happens without a driver (CI); scripts/test.sh skips the without_a_driver_*
+/// tests where one exists (tests_gpu covers those cases there).
+pub fn require_no_driver() {
+    let here = crate::cuda::driver();
+    assert!(
+        matches!(here, Err(crate::Error::NoCudaDriver)),
+        "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
+         skips without_a_driver_* tests where a driver exists"
+    );
+}

@@ -49,22 +49,12 @@ mod tests {
     use crate::device::{Device, DeviceKind};
     use crate::dtype::ElementType;
     use crate::error::Error;
-    use crate::test_support::{CountingOwner, descriptor_on};
+    use crate::test_support::{CountingOwner, descriptor_on, require_no_driver};
 
     const CUDA0: Device = Device {
         kind: DeviceKind::Cuda,
         id: 0,
     };
-
-    /// Asserts what happens without a driver (CI); skipped by scripts/test.sh where one exists.
-    fn require_no_driver() {
-        let here = crate::cuda::driver();
-        assert!(
-            matches!(here, Err(Error::NoCudaDriver)),
-            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
-             skips without_a_driver_* tests where a driver exists"
-        );
-    }
 
     /// Holds with and without a driver: an owner with nothing to wait for (host memory, no
     /// stream, an empty tensor) is dropped at once, and no release is made.
