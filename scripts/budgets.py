@@ -32,6 +32,7 @@ SHIPPED_FLOORS = {
     "export round trip": "numpy round trip",
     "torch import": "torch floor",
     "julia torch": "torch floor",
+    "share into torch": "torch to_py floor",
 }
 
 # The validate + plan layouts of benches/plan_and_copy.rs, by a part of their name that

@@ -327,6 +327,8 @@ static int budget(long calls, int torch) {
         {"torch floor", torch_floor, NULL, 1},
         {"torch import", ours_torch, NULL, 1},
         {"julia torch", julia_torch, NULL, 1},
+        {"torch to_py floor", torch_to_py_floor, NULL, 1},
+        {"share into torch", share_into_torch, NULL, 1},
     };
     CALLGRIND_START_INSTRUMENTATION;
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
