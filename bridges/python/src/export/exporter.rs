@@ -442,10 +442,17 @@ impl ExporterObject {
     /// producer's writes.
     fn order_before(&self, consumer: usize) -> BridgeResult<()> {
         if let Some(producer) = self.producer {
-            let device = self.descriptor().device();
+            let device = self.descriptor().device().id;
+            // SAFETY: every caller holds the GIL (see `carry_out`).
+            let py = unsafe { Python::assume_attached() };
+            // With the GIL released: while the consumer's stream captures, the order is a host
+            // wait for the producer's work (its event lives for this call only), and a
+            // producer stream whose host function takes the GIL must be able to finish.
             // SAFETY: the producer's stream is kept alive with the memory
             // (`ready_at_each_export`); `consumer` as below.
-            unsafe { rsdlpack::cuda::order::order_streams(device.id, producer, consumer) }?;
+            py.detach(|| unsafe {
+                rsdlpack::cuda::order::order_streams(device, producer, consumer)
+            })?;
             self.consumers.note(consumer);
             return Ok(());
         }

@@ -123,8 +123,16 @@ fn other_interpreter(current: *mut ffi::PyInterpreterState) -> BridgeError {
 /// read of an object's fields would assume the very layout being checked.
 fn facts(_py: Python<'_>) -> InterpreterFacts {
     // SAFETY: the GIL is held (`_py`); each new reference is released once below, and each
-    // failure's exception is cleared (a missing fact is `None`).
+    // failure's exception is cleared (a missing fact is `None`); an exception the caller had
+    // pending is set aside first and put back after, untouched.
     unsafe {
+        let (mut kind, mut value, mut traceback) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        #[allow(deprecated)] // PyErr_GetRaisedException is 3.12+; the bridge is abi3-py310
+        ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback);
         let version = CStr::from_ptr(ffi::Py_GetVersion())
             .to_string_lossy()
             .into_owned();
@@ -160,6 +168,8 @@ fn facts(_py: Python<'_>) -> InterpreterFacts {
             }
         }
         ffi::PyErr_Clear();
+        #[allow(deprecated)] // as PyErr_Fetch above
+        ffi::PyErr_Restore(kind, value, traceback);
         InterpreterFacts {
             object_header,
             gil_disabled,
