@@ -20,7 +20,9 @@ end
 
 RsDLPack.python_call(f::PyObject, args...; kwargs...) = PyCall.pycall(f, PyObject, args...; kwargs...)
 RsDLPack.python_attribute(o::PyObject, name::String) = getproperty(o, name)
-RsDLPack.python_ints(o::PyObject) = convert(Vector{Int}, o)
+# Element by element: `convert(Vector{Int}, o)` first tries the buffer protocol, which a tuple
+# refuses with a Python exception on every call.
+RsDLPack.python_ints(o::PyObject) = Int[get(o, Int, k) for k in 0:length(o)-1]
 RsDLPack.python_items(o::PyObject) = PyObject[get(o, PyObject, k) for k in 0:length(o)-1]
 RsDLPack.python_strings(o::PyObject) = convert(Vector{String}, o)
 RsDLPack.python_release!(o::PyObject) = PyCall.pydecref(o)

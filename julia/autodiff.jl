@@ -111,10 +111,18 @@ function forward_call(f::PyFunction, args::Tuple)
     pullback = python_attribute(result, "pullback")
     python_release!(result)
     structure, n = codes[1], codes[2]
-    outputs = ntuple(n) do k
-        codes[2+k] == KIND_NONE ? nothing : import_result(f, objects[k], codes[2+n+k])
+    # An import that throws leaves no Python object held: the outputs, and the pullback with
+    # the inputs it saved, are released on the way out.
+    outputs = try
+        ntuple(n) do k
+            codes[2+k] == KIND_NONE ? nothing : import_result(f, objects[k], codes[2+n+k])
+        end
+    catch
+        python_release!(pullback)
+        rethrow()
+    finally
+        foreach(python_release!, objects)
     end
-    foreach(python_release!, objects)
     return (structure == STRUCTURE_SINGLE ? outputs[1] : outputs), pullback, codes
 end
 
@@ -143,10 +151,13 @@ function pullback_call(f::PyFunction, pullback, cotangents::Tuple)
     objects = python_items(python_attribute(result, "tensors"))
     python_release!(result)
     n = length(objects)
-    tangents = ntuple(n) do k
-        codes[k] == KIND_TANGENT ? import_result(f, objects[k], codes[n+k]) : codes[k]
+    tangents = try
+        ntuple(n) do k
+            codes[k] == KIND_TANGENT ? import_result(f, objects[k], codes[n+k]) : codes[k]
+        end
+    finally
+        foreach(python_release!, objects)
     end
-    foreach(python_release!, objects)
     return tangents
 end
 

@@ -15,7 +15,7 @@
     @test RsDLPack.release_stream_keeper(view(zeros(2, 2), :, 1)) === nothing
     # The explicit releases' waits let other threads collect: `@ccall gc_safe=true` where the
     # Julia running this has it, the runtime's jl_gc_safe_enter/leave pair before.
-    @test RsDLPack.HAS_CCALL_GCSAFE == (VERSION >= v"1.12")
+    @test RsDLPack.HAS_CCALL_GCSAFE == (VERSION >= v"1.12.0-DEV.2029")
 end
 
 @testset "ReadOnlyArray is the ecosystem's" begin
