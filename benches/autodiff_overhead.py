@@ -16,9 +16,9 @@ To compare with an earlier Python half side by side in the same run, name a copy
 requiring grad), then torch.autograd.grad for the parameters and the input; "functional_call"
 is the same through torch.func.functional_call on leaves the caller owns (what the Lux layer's
 functional style asks of torch). The C calls go through ctypes (as the pytest suite calls them),
-which costs per call what Julia's ccall does not: the per-call cost of a ctypes call is
-estimated on a C function that does nothing (memcmp of 0 bytes, its pointer arguments made
-once as the bridge's are), and the overhead is printed with and without it.
+which costs per call what Julia's ccall does not: each call's ctypes glue is priced on the same
+call of a C function that ignores its arguments (`CtypesGlue`), and the overhead is printed with
+and without it.
 
 The MLP is Linear(4096 => 16), Tanh, Linear(16 => 4096), called as the Lux layer calls it
 (parameters the caller owns, gradients for the parameters and the input): its input, output and
@@ -78,10 +78,9 @@ def julia_array(values):
 class Rsdlpack:
     """Julia's sequence, call for call, through the Python half `ad` (this tree's or an earlier
     one's), for a `Module` call (parameters, then the input; `function=False`) or a `Function`
-    over a frozen module (the input alone). The C calls are made with their argument structs
-    built once per array (as Julia's ccall passes its isbits structs), so that ctypes adds no more
-    than its own call overhead; `c_calls` counts them per step (`adopt`'s decref included, which
-    Julia's PyObject does in Julia)."""
+    over a frozen module (the input alone). The C calls are made with their argument objects
+    built once (as Julia's ccall passes its isbits structs and the Refs it holds), so that ctypes
+    adds no more than its own call overhead, which `CtypesGlue` prices per call."""
 
     def __init__(self, bridge, module, ad=ad, function=False):
         self.bridge = bridge
@@ -95,15 +94,15 @@ class Rsdlpack:
         self.error = ctypes.c_void_p()
         self.plan_options = PlanOptions.of(order=INDEX_ORDER_REVERSED)
         self.imported = ImportResult()
+        self.plan = self.imported.plan  # a view of `imported`'s field, made once
         self.roots = (ctypes.c_uint64 * 64)()
-        self.c_calls = 0
         # Pointers made once, as Julia's ccall passes Refs it holds.
         self.result_p, self.error_p = ctypes.byref(self.result), ctypes.byref(self.error)
         self.plan_options_p, self.imported_p = ctypes.byref(self.plan_options), ctypes.byref(self.imported)
 
     def export_of(self, memory):
         """The ArrayExport of an array (built on first sight, by the array's identity: the bench's
-        arrays live as long as it runs), and a pointer to it."""
+        arrays live as long as it runs) and a pointer to it."""
         entry = self.exports.get(id(memory))
         if entry is None:
             dims = list(reversed(memory.shape))
@@ -124,63 +123,93 @@ class Rsdlpack:
         array.root_id = self.root
         code = self.lib.rsdlpack_py_share_into(array_p, torch.Tensor, self.result_p, self.error_p)
         assert code == 0
-        self.c_calls += 2
         return adopt(self.result.exporter)
 
     def import_(self, tensor):
         code = self.lib.rsdlpack_py_import_plan(tensor, None, self.plan_options_p, self.imported_p, self.error_p)
         assert code == 0
-        self.c_calls += 1
-        return self.imported.plan.tensor
+        return self.plan.tensor
 
-    def step(self, params, x, cotangent, timer):
-        t0 = time.perf_counter()
-        shared = [self.share(m) for m in ((x,) if self.function else (*params, x))]
-        t1 = time.perf_counter()
+    def arrays(self, params, x):
+        return (x,) if self.function else (*params, x)
+
+    def step(self, params, x, cotangent, timer=None):
+        """One forward + pullback as Julia makes it. With a `timer`, the time in the bridge's C
+        calls and in the Python half is added to it; the lean path, without, is what is timed."""
+        clock = time.perf_counter if timer is not None else int
+        t0 = clock()
+        shared = [self.share(m) for m in self.arrays(params, x)]
+        t1 = clock()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
-        t2 = time.perf_counter()
+        t2 = clock()
         y = self.import_(forward.outputs[0])
         shared_cotangent = self.share(cotangent)
-        t3 = time.perf_counter()
+        t3 = clock()
         grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
         del shared_cotangent
-        t4 = time.perf_counter()
+        t4 = clock()
         handles = [self.import_(g) for g in grads.tensors]
-        for handle in (y, *handles):  # what Julia's arrays do when they are collected
-            self.lib.rsdlpack_imported_release(handle)
-        self.c_calls += 1 + len(handles)
+        release = self.lib.rsdlpack_imported_release
+        release(y)  # what Julia's arrays do when they are collected
+        for handle in handles:
+            release(handle)
         while self.lib.rsdlpack_py_take_released_roots(self.roots, 64) == 64:  # Julia's unroot_released!
-            self.c_calls += 1
-        self.c_calls += 1
-        t5 = time.perf_counter()
-        timer.add("bridge calls", (t1 - t0) + (t3 - t2) + (t5 - t4))
-        timer.add("forward + pullback (Python)", (t2 - t1) + (t4 - t3))
+            pass
+        t5 = clock()
+        if timer is not None:
+            timer.add("bridge calls", (t1 - t0) + (t3 - t2) + (t5 - t4))
+            timer.add("forward + pullback (Python)", (t2 - t1) + (t4 - t3))
         return y
 
     def calls_per_step(self, params, x, cotangent):
-        before = self.c_calls
-        self.step(params, x, cotangent, Timer())
-        return self.c_calls - before
+        """The C calls of one step, by function ({name: count}), `adopt`'s decref included (Julia's
+        PyObject takes the reference in Julia)."""
+        shared = len(self.arrays(params, x)) + 1
+        forward = self.call.forward(*self.prefix, *[self.share(m) for m in self.arrays(params, x)])
+        cotangent = self.share(cotangent)
+        imported = 1 + len(forward.pullback(cotangent, *([None] * (len(forward.outputs) - 1))).tensors)
+        return {"rsdlpack_py_share_into": shared, "Py_DecRef": shared, "rsdlpack_py_import_plan": imported,
+                "rsdlpack_imported_release": imported, "rsdlpack_py_take_released_roots": 1}
 
 
-def ctypes_call_cost():
-    """The cost of one ctypes call beyond what its C function does, in seconds: a call of
-    memcmp over 0 bytes, its pointers made once as the bridge's are (through ctypes.PyDLL, the
-    GIL held, as the bridge is called); the median of 21 runs of 20000."""
-    libc = ctypes.PyDLL(None)
-    memcmp = libc.memcmp
-    memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-    memcmp.restype = ctypes.c_int
-    a, b = ctypes.c_int64(0), ctypes.c_int64(0)
-    a_p, b_p = ctypes.byref(a), ctypes.byref(b)
-    runs = []
-    for _ in range(21):
-        t0 = time.perf_counter()
-        for _ in range(20000):
-            memcmp(a_p, b_p, 0)
-        runs.append((time.perf_counter() - t0) / 20000)
-    return statistics.median(runs)
+class CtypesGlue:
+    """What each of a step's ctypes calls costs beyond its C function, in seconds: the same call
+    (the same argument types, the same argument objects, through a PYFUNCTYPE as the bridge's
+    PyDLL calls it) of a C function that ignores them (libc's `labs`: it reads its first argument
+    register only, and the x86-64 and AArch64 C calling conventions let a callee ignore arguments
+    it is passed). The median of 21 runs of 20000 calls each. Julia's ccall costs a few
+    nanoseconds instead; the per-call figures print the overhead with and without this."""
+
+    def __init__(self, rs, tensor):
+        labs = ctypes.cast(ctypes.PyDLL(None).labs, ctypes.c_void_p).value
+        handle = ctypes.c_void_p(0)
+        lib = rs.lib
+        calls = {
+            "rsdlpack_py_share_into": (lib.rsdlpack_py_share_into.argtypes, ctypes.c_int32,
+                                       (rs.export_of(julia_array(np.ones((2, 4))))[1], torch.Tensor, rs.result_p,
+                                        rs.error_p)),
+            "Py_DecRef": ([ctypes.py_object], None, (tensor,)),
+            "rsdlpack_py_import_plan": (lib.rsdlpack_py_import_plan.argtypes, ctypes.c_int32,
+                                        (tensor, None, rs.plan_options_p, rs.imported_p, rs.error_p)),
+            "rsdlpack_imported_release": (lib.rsdlpack_imported_release.argtypes, None, (handle,)),
+            "rsdlpack_py_take_released_roots": (lib.rsdlpack_py_take_released_roots.argtypes, ctypes.c_size_t,
+                                                (rs.roots, 64)),
+        }
+        self.seconds = {}
+        for name, (argtypes, restype, args) in calls.items():
+            fn = ctypes.PYFUNCTYPE(restype, *argtypes)(labs)
+            runs = []
+            for _ in range(21):
+                t0 = time.perf_counter()
+                for _ in range(20000):
+                    fn(*args)
+                runs.append((time.perf_counter() - t0) / 20000)
+            self.seconds[name] = statistics.median(runs)
+
+    def of(self, calls):
+        """The glue of a step's calls ({name: count}), in seconds."""
+        return sum(self.seconds[name] * n for name, n in calls.items())
 
 
 def load_before():
@@ -241,7 +270,6 @@ def main():
         sys.exit("RSDLPACK_PYTHON_LIB must name the built bridge (source scripts/env.sh; build_python_bridge)")
     bridge = Bridge(library, ctypes.PyDLL)  # the GIL held across each call, as under Julia
     before = load_before()
-    ctypes_us = ctypes_call_cost() * 1e6
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, FEATURES))
     names = [n for n, _ in module.named_parameters()]
@@ -250,8 +278,7 @@ def main():
     rsdlpack = Rsdlpack(bridge, module)
     rsdlpack_before = Rsdlpack(bridge, module, before) if before else None
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); MLP Linear({FEATURES} => {HIDDEN}), "
-          f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input); "
-          f"one ctypes call ≈ {ctypes_us:.2f} µs")
+          f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input)")
     print(f"{'batch':>6} {'crossing':>9} {'torch alone':>12} {'functional_call':>16} "
           f"{'RsDLPack before':>16} {'RsDLPack':>10} {'NumPy copies':>13} {'RsDLPack - torch':>17} "
           f"{'bridge calls':>13} {'copies':>9} {'copies / bridge calls':>22}")
@@ -298,10 +325,10 @@ def main():
               f"{(median_ms(times['rsdlpack']) - median_ms(times['torch'])) * 1e3:>14.1f} µs "
               f"{bridge_us:>10.1f} µs {copies_us / 1e3:>6.2f} ms {copies_us / bridge_us:>21.0f}×")
         sys.stdout.flush()
-    fixed_cost(bridge, before, ctypes_us)
+    fixed_cost(bridge, before)
 
 
-def fixed_cost(bridge, before, ctypes_us):
+def fixed_cost(bridge, before):
     """The per-call cost alone: the whole sequence on a 4-wide MLP at batch 2, where torch's own
     work is smallest, against torch alone on the same. 41 rounds; in each, every path runs 500
     calls in turn (alternating order); the median over rounds of each path's mean per call."""
@@ -312,8 +339,7 @@ def fixed_cost(bridge, before, ctypes_us):
     params_t = [torch.from_numpy(p) for p in params_np]
     x_np, ct_np = julia_array(np.ones((2, 4))), julia_array(np.ones((2, 4)))
     x_t, ct_t = torch.from_numpy(x_np), torch.from_numpy(ct_np)
-    timers = {}
-    calls = {}
+    calls, steps = {}, {}
     paths = {"torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
              "torch alone, input only": lambda: torch_idiomatic(module, x_t, ct_t, inputs_only=True),
              "functional_call": lambda: torch_alone(module, names, params_t, x_t, ct_t)}
@@ -322,15 +348,13 @@ def fixed_cost(bridge, before, ctypes_us):
             continue
         for kind, function in (("Module", False), ("Function", True)):
             name = kind + label
-            rs = Rsdlpack(bridge, module, ad_module, function=function)
+            rs = steps[name] = Rsdlpack(bridge, module, ad_module, function=function)
             calls[name] = rs.calls_per_step(params_np, x_np, ct_np)
-            timers[name] = Timer()
-            paths[name] = (lambda rs, name: lambda: rs.step(params_np, x_np, ct_np, timers[name]))(rs, name)
+            paths[name] = (lambda rs: lambda: rs.step(params_np, x_np, ct_np))(rs)
+    glue = CtypesGlue(steps["Module"], x_t)
     for run in paths.values():
         for _ in range(200):
             run()
-    for timer in timers.values():
-        timer.parts.clear()
     per_call = {name: [] for name in paths}
     for k in range(41):
         order = list(paths) if k % 2 == 0 else list(reversed(paths))
@@ -341,17 +365,25 @@ def fixed_cost(bridge, before, ctypes_us):
                 run()
             per_call[name].append((time.perf_counter() - t0) / 500 * 1e6)
     median = {name: statistics.median(samples) for name, samples in per_call.items()}
+    # Where a step's time goes, timed apart (the timer's own clock reads would inflate the above).
+    parts = {}
+    for name, rs in steps.items():
+        timer = Timer()
+        for _ in range(41 * 100):
+            rs.step(params_np, x_np, ct_np, timer)
+        parts[name] = {part: seconds / (41 * 100) * 1e6 for part, seconds in timer.parts.items()}
     print(f"per call, Linear(4 => 4), Tanh, Linear(4 => 4) at batch 2 (medians of 41 rounds of 500 calls): "
           f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
-          f"functional_call {median['functional_call']:.1f} µs")
-    for name in timers:
-        baseline = "torch alone, input only" if name.startswith("Function") else "torch alone"
-        bridge_s = timers[name].parts["bridge calls"] / (41 * 500)
-        difference = median[name] - median[baseline]
-        without = difference - calls[name] * ctypes_us
-        print(f"  {name:<16} {median[name]:7.1f} µs: {difference:6.1f} µs beyond {baseline!r}, "
-              f"{without:6.1f} µs without ctypes' {calls[name]} calls ({calls[name] * ctypes_us:.1f} µs); "
-              f"bridge calls {bridge_s * 1e6:.1f} µs")
+          f"functional_call {median['functional_call']:.1f} µs; ctypes glue per call "
+          + ", ".join(f"{name} {seconds * 1e6:.2f} µs" for name, seconds in glue.seconds.items()))
+    for name in steps:
+        baselines = ["torch alone, input only"] if name.startswith("Function") else ["torch alone", "functional_call"]
+        glue_us = glue.of(calls[name]) * 1e6
+        beyond = "; ".join(f"{median[name] - median[b]:6.1f} µs beyond {b!r} ({median[name] - median[b] - glue_us:5.1f} "
+                           "without ctypes)" for b in baselines)
+        print(f"  {name:<16} {median[name]:7.1f} µs: {beyond}; ctypes glue of its {sum(calls[name].values())} calls "
+              f"{glue_us:.1f} µs; bridge calls {parts[name]['bridge calls']:.1f} µs, Python half "
+              f"{parts[name]['forward + pullback (Python)']:.1f} µs")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ imports each output zero-copy (`from_dlpack`). The forward records the vector-Ja
 (torch's autograd on detached leaves of the inputs, or `torch.func.vjp` where an input is an
 integer tensor, see `Function`; `jax.vjp`; for a module's functional call, torch's autograd)
 in a `Pullback`; Julia shares the cotangents the same way, calls it, and imports the input
-cotangents. Nothing here copies a tensor that crosses, and no tensor that requires grad ever
-crosses: inputs are detached leaves of their own, outputs and cotangents are detached before
+cotangents. Nothing here copies a tensor that crosses (but a cotangent that must be moved to
+its output's device, or projected onto its output's element type as ChainRules' `ProjectTo`
+does), and no tensor that requires grad ever crosses: inputs are detached leaves of their own, outputs and cotangents are detached before
 they are returned.
 
 What Julia reads back, as plain ints (`KIND_*`): for each output whether it is differentiable,
@@ -81,6 +82,34 @@ class _Torch:
 
         self.torch = torch
         self.tensor_type = torch.Tensor
+        # The engine call torch.autograd.grad ends in (torch.autograd.graph, since torch 2.3).
+        self._run_backward = getattr(getattr(torch.autograd, "graph", None), "_engine_run_backward", None)
+
+    def grad(self, outputs, leaves, cotangents, retain):
+        """`torch.autograd.grad(outputs, leaves, cotangents, retain_graph=retain, allow_unused=True)`
+        for cotangents the pullback has already checked against their outputs (shape, element type,
+        device): the engine called as `grad` calls it, without `grad`'s argument checks, which cost
+        more than the rest of a small backward. `grad` itself where an output is a tensor subclass
+        (its `__torch_function__` may take over `grad`) or the engine call is missing."""
+        run = self._run_backward
+        if run is not None and all(type(o) is self.tensor_type for o in outputs):
+            return run(tuple(outputs), tuple(cotangents), retain, False, tuple(leaves), True, accumulate_grad=False)
+        return self.torch.autograd.grad(outputs, leaves, cotangents, retain_graph=retain, allow_unused=True)
+
+    def record(self, fn, *args):
+        """`fn(*args)` with autograd recording (the caller may have turned it off)."""
+        torch = self.torch
+        if torch.is_grad_enabled():
+            return fn(*args)
+        with torch.enable_grad():
+            return fn(*args)
+
+    def project(self, t, dtype):
+        """A cotangent of another element type made the output's, as ChainRules' `ProjectTo`
+        makes it: a complex one's real part for a real output; a copy."""
+        if t.is_complex() and not dtype.is_complex:
+            t = t.real
+        return t.to(dtype)
 
     def as_tensor(self, x):
         torch = self.torch
@@ -150,6 +179,12 @@ class _Jax:
 
     def device(self, t):
         return next(iter(t.devices()))
+
+    def project(self, t, dtype):
+        jnp = self.jnp
+        if jnp.iscomplexobj(t) and not jnp.issubdtype(dtype, jnp.complexfloating):
+            t = jnp.real(t)
+        return t.astype(dtype)
 
     def to_device(self, t, device):
         return self.jax.device_put(t, device)
@@ -315,7 +350,7 @@ class Pullback:
         self._positions = positions
         self._output_kinds = output_kinds
         # Shapes, dtypes and devices only: the outputs themselves are Julia's now.
-        self._expected = [(tuple(o.shape), o.dtype, be.device(o)) if o is not None else None for o in outputs]
+        self._expected = [(o.shape, o.dtype, be.device(o)) if o is not None else None for o in outputs]
         self._retain = retain
         self._used = False
 
@@ -333,19 +368,17 @@ class Pullback:
         t = be.as_tensor(x)
         if output_device is not None and be.device(t) != output_device:
             # A cotangent Julia had to make on the host (a FillArrays one, collected) for an
-            # output on a GPU: the one copy this module makes.
+            # output on a GPU: one of the two copies this module makes.
             t = be.to_device(t, output_device)
-        shape = tuple(t.shape)
-        if shape != output_shape:
+        if t.shape != output_shape:
             raise CotangentMismatchError(
-                f"the cotangent of output {k + 1} is {_dims(shape, self._order)}, but output {k + 1} is "
+                f"the cotangent of output {k + 1} is {_dims(t.shape, self._order)}, but output {k + 1} is "
                 f"{_dims(output_shape, self._order)} (dims as Julia sees them, order={self._order})"
             )
         if t.dtype != output_dtype:
-            raise CotangentMismatchError(
-                f"the cotangent of output {k + 1} has element type {be.dtype_name(t)}, but output {k + 1} has "
-                f"{str(output_dtype).removeprefix('torch.')}: convert the cotangent to the output's element type"
-            )
+            # Projected as ChainRules projects it (a Float64 loss's cotangent of a Float32
+            # output): the other copy this module makes.
+            t = be.project(t, output_dtype)
         return t
 
     def __call__(self, *cotangents):
@@ -464,15 +497,13 @@ class Function(_Callable):
         found by the version counter. With an integer tensor input, torch.func is used instead: it
         refuses an in-place write into a captured tensor before it writes, autograd would not."""
         be = self.backend
-        torch = be.torch
         leaves = list(inputs.values)
         for k in positions:
             leaves[k] = leaves[k].detach().requires_grad_()
-        with torch.enable_grad():
-            try:
-                result = self.fn(*leaves)
-            finally:
-                inputs.check_unchanged(be)
+        try:
+            result = be.record(self.fn, *leaves)
+        finally:
+            inputs.check_unchanged(be)
         structure, outputs, kinds = _split_outputs(be, result)
         # A floating output that does not depend on a leaf (a constant, a frozen parameter) is
         # differentiable all the same, with a zero cotangent for every input, as under torch.func.
@@ -484,8 +515,7 @@ class Function(_Callable):
             pairs = [(o, g) for o, g in zip(diff_out, given) if g is not None and o.requires_grad]
             if not pairs:
                 return [None] * len(diff_leaves)
-            return torch.autograd.grad([o for o, _ in pairs], diff_leaves, [g for _, g in pairs],
-                                       retain_graph=retain, allow_unused=True)
+            return be.grad([o for o, _ in pairs], diff_leaves, [g for _, g in pairs], retain)
 
         detached = [o.detach() if o is not None else None for o in outputs]
         pullback = Pullback(be, self.order, vjp, len(inputs.values), positions, kinds, detached, retain)
@@ -612,7 +642,7 @@ class Module(_Callable):
         return tuple(_device_type(self.backend, b) for _, b in self.module.named_buffers())
 
     def forward(self, training, *objects):
-        torch = self.backend.torch
+        be = self.backend
         n_params, n_buffers = len(self.parameter_names), len(self.buffer_names)
         if len(objects) < n_params + n_buffers:
             raise ValueError(
@@ -628,12 +658,11 @@ class Module(_Callable):
         buffers = [b.detach().clone() if b is not None else None for b in inputs.values[n_params:n_params + n_buffers]]
         if self.module.training != bool(training):  # train() walks every submodule: only on a change
             self.module.train(bool(training))
-        with torch.enable_grad():
-            try:
-                result = _functional_call(self.module, self._sites, (*leaves[:n_params], *buffers),
-                                          leaves[n_params + n_buffers:])
-            finally:
-                inputs.check_unchanged(self.backend)
+        try:
+            result = be.record(_functional_call, self.module, self._sites, (*leaves[:n_params], *buffers),
+                               leaves[n_params + n_buffers:])
+        finally:
+            inputs.check_unchanged(be)
         structure, outputs, kinds = _split_outputs(self.backend, result)
         kinds = [KIND_TANGENT if kind == KIND_TANGENT and o.requires_grad else
                  (KIND_NO_TANGENT if kind == KIND_TANGENT else kind) for o, kind in zip(outputs, kinds)]
@@ -643,8 +672,7 @@ class Module(_Callable):
 
         def vjp(given):
             pairs = [(o, g) for o, g in zip(diff_out, given) if g is not None]
-            return torch.autograd.grad([o for o, _ in pairs], diff_leaves, [g for _, g in pairs],
-                                       retain_graph=retain, allow_unused=True)
+            return be.grad([o for o, _ in pairs], diff_leaves, [g for _, g in pairs], retain)
 
         all_outputs = [o.detach() if o is not None else None for o in outputs] + [b for b in buffers]
         all_kinds = kinds + [KIND_NO_TANGENT if b is not None else KIND_NONE for b in buffers]
