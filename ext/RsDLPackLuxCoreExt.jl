@@ -22,7 +22,7 @@ struct TorchLayer{O} <: AbstractLuxLayer
     call::TorchModuleCall{O}
 end
 
-RsDLPack.lux_layer(call::TorchModuleCall) = TorchLayer(call)
+RsDLPack.lux_layer_type(::Type{<:TorchModuleCall}) = TorchLayer
 
 LuxCore.initialparameters(::AbstractRNG, l::TorchLayer) = RsDLPack.initial_arrays(l.call, "initial_parameters")
 LuxCore.initialstates(::AbstractRNG, l::TorchLayer) =

@@ -11,7 +11,7 @@ RsDLPack.autodiff_object(o::PyObject) = o
 
 function RsDLPack.autodiff_module(::PyObject)
     path = getproperty(PyCall.pyimport("sys"), "path")
-    directory = RsDLPack.AUTODIFF_PYTHON_DIR
+    directory = RsDLPack.autodiff_python_dir()
     if PyCall.pycall(getproperty(path, "count"), Int, directory) == 0
         PyCall.pycall(getproperty(path, "insert"), PyObject, 0, directory)
     end

@@ -13,7 +13,7 @@ RsDLPack.autodiff_object(o::Py) = o
 
 function RsDLPack.autodiff_module(::Py)
     path = pyimport("sys").path
-    directory = RsDLPack.AUTODIFF_PYTHON_DIR
+    directory = RsDLPack.autodiff_python_dir()
     pyconvert(Int, path.count(directory)) == 0 && path.insert(0, directory)
     return pyimport(RsDLPack.AUTODIFF_MODULE)
 end

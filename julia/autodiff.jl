@@ -14,8 +14,11 @@ const KIND_NONE = 3        # output: Python returned None (`nothing`)
 const STRUCTURE_SINGLE = 0  # the function returned one value (else a tuple)
 const SHARE_INTO_TYPE = 1   # share inputs into the callable's tensor_type (else as exporters)
 
-"Where the Python half lives: the package's python/ directory (shipped with the package)."
-const AUTODIFF_PYTHON_DIR = joinpath(PACKAGE_DIR, "python")
+"""
+Where the Python half lives: the package's python/ directory (shipped with the package), asked
+for at run time — a path kept in the precompiled image would be the precompiling depot's.
+"""
+autodiff_python_dir() = joinpath(pkgdir(@__MODULE__), "python")
 const AUTODIFF_MODULE = "rsdlpack_autodiff"
 
 # Front-end operations, one method each in the PyCall and PythonCall extensions for their
@@ -201,11 +204,13 @@ function torch_layer(m; order::Symbol=:reversed)
     o = autodiff_object(m)
     o === nothing && throw(not_python(m, "torch_layer"))
     index_order_code(order)
-    return lux_layer(TorchModuleCall(o, order))
+    layer = lux_layer_type(TorchModuleCall)  # before Python is asked anything
+    layer === nothing && throw(ArgumentError("torch_layer makes a Lux layer: `using LuxCore` (or `using Lux`) first"))
+    return layer(TorchModuleCall(o, order))
 end
 
-"The Lux layer over a module call: the LuxCore extension's."
-lux_layer(_) = throw(ArgumentError("torch_layer makes a Lux layer: `using LuxCore` (or `using Lux`) first"))
+"The Lux layer type over a module call (the LuxCore extension's), or `nothing` without LuxCore."
+lux_layer_type(_) = nothing
 
 """
 The Python half of a torch layer: `rsdlpack_autodiff.Module(module)`, its parameter and buffer
