@@ -162,6 +162,33 @@ class Rsdlpack:
             timer.add("forward + pullback (Python)", (t2 - t1) + (t4 - t3))
         return y
 
+    def step_without_bridge(self, params, x, cotangent, glue=None):
+        """The step's Python half alone, on tensors torch.from_numpy makes and with no imports; with
+        `glue` (a CtypesGlue), also the step's ctypes calls, in the same places, of the C function
+        that ignores its arguments: the difference between the two is what ctypes costs in the
+        step as it runs (it costs more there than in a loop of its own, its code being cold)."""
+        call = glue.call if glue is not None else _no_call
+        arrays = self.arrays(params, x)
+        shared = []
+        for m in arrays:
+            call("rsdlpack_py_share_into")
+            shared.append(torch.from_numpy(m))
+            call("Py_DecRef")
+        forward = self.call.forward(*self.prefix, *shared)
+        del shared
+        call("rsdlpack_py_import_plan")
+        call("rsdlpack_py_share_into")
+        shared_cotangent = torch.from_numpy(cotangent)
+        call("Py_DecRef")
+        grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
+        del shared_cotangent
+        for _ in grads.tensors:
+            call("rsdlpack_py_import_plan")
+        for _ in range(1 + len(grads.tensors)):
+            call("rsdlpack_imported_release")
+        call("rsdlpack_py_take_released_roots")
+        return forward.outputs[0]
+
     def calls_per_step(self, params, x, cotangent):
         """The C calls of one step, by function ({name: count}), `adopt`'s decref included (Julia's
         PyObject takes the reference in Julia)."""
@@ -171,6 +198,10 @@ class Rsdlpack:
         imported = 1 + len(forward.pullback(cotangent, *([None] * (len(forward.outputs) - 1))).tensors)
         return {"rsdlpack_py_share_into": shared, "Py_DecRef": shared, "rsdlpack_py_import_plan": imported,
                 "rsdlpack_imported_release": imported, "rsdlpack_py_take_released_roots": 1}
+
+
+def _no_call(name):
+    pass
 
 
 class CtypesGlue:
@@ -196,9 +227,10 @@ class CtypesGlue:
             "rsdlpack_py_take_released_roots": (lib.rsdlpack_py_take_released_roots.argtypes, ctypes.c_size_t,
                                                 (rs.roots, 64)),
         }
-        self.seconds = {}
+        self.seconds, self.calls = {}, {}
         for name, (argtypes, restype, args) in calls.items():
             fn = ctypes.PYFUNCTYPE(restype, *argtypes)(labs)
+            self.calls[name] = (fn, args)
             runs = []
             for _ in range(21):
                 t0 = time.perf_counter()
@@ -206,6 +238,10 @@ class CtypesGlue:
                     fn(*args)
                 runs.append((time.perf_counter() - t0) / 20000)
             self.seconds[name] = statistics.median(runs)
+
+    def call(self, name):
+        fn, args = self.calls[name]
+        fn(*args)
 
     def of(self, calls):
         """The glue of a step's calls ({name: count}), in seconds."""
@@ -352,6 +388,11 @@ def fixed_cost(bridge, before):
             calls[name] = rs.calls_per_step(params_np, x_np, ct_np)
             paths[name] = (lambda rs: lambda: rs.step(params_np, x_np, ct_np))(rs)
     glue = CtypesGlue(steps["Module"], x_t)
+    for kind in ("Module", "Function"):
+        rs = steps[kind]
+        paths[kind + ": Python half"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np))(rs)
+        paths[kind + ": Python half + glue"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np,
+                                                                                          glue))(rs)
     for run in paths.values():
         for _ in range(200):
             run()
@@ -377,13 +418,22 @@ def fixed_cost(bridge, before):
           f"functional_call {median['functional_call']:.1f} µs; ctypes glue per call "
           + ", ".join(f"{name} {seconds * 1e6:.2f} µs" for name, seconds in glue.seconds.items()))
     for name in steps:
-        baselines = ["torch alone, input only"] if name.startswith("Function") else ["torch alone", "functional_call"]
-        glue_us = glue.of(calls[name]) * 1e6
+        kind = name.split()[0]
+        baselines = ["torch alone, input only"] if kind == "Function" else ["torch alone", "functional_call"]
+        # ctypes' cost as the step runs: the Python half with the step's calls of a C function that
+        # ignores its arguments, less the Python half alone.
+        glue_us = median[kind + ": Python half + glue"] - median[kind + ": Python half"]
         beyond = "; ".join(f"{median[name] - median[b]:6.1f} µs beyond {b!r} ({median[name] - median[b] - glue_us:5.1f} "
                            "without ctypes)" for b in baselines)
         print(f"  {name:<16} {median[name]:7.1f} µs: {beyond}; ctypes glue of its {sum(calls[name].values())} calls "
-              f"{glue_us:.1f} µs; bridge calls {parts[name]['bridge calls']:.1f} µs, Python half "
-              f"{parts[name]['forward + pullback (Python)']:.1f} µs")
+              f"{glue_us:.1f} µs in the step ({glue.of(calls[name]) * 1e6:.1f} µs in a loop of their own); "
+              f"bridge calls {parts[name]['bridge calls']:.1f} µs, Python half {parts[name]['forward + pullback (Python)']:.1f} µs")
+    for kind in ("Module", "Function"):
+        baseline = "torch alone, input only" if kind == "Function" else "torch alone"
+        half = median[kind + ": Python half"]
+        print(f"  {kind}'s Python half alone (torch.from_numpy inputs, no bridge): {half:.1f} µs, "
+              f"{half - median[baseline]:.1f} µs beyond {baseline!r}; the bridge's C calls in the step, their "
+              f"ctypes glue less: {median[kind] - half - (median[kind + ': Python half + glue'] - half):.1f} µs")
 
 
 if __name__ == "__main__":

@@ -82,19 +82,30 @@ class _Torch:
 
         self.torch = torch
         self.tensor_type = torch.Tensor
-        # The engine call torch.autograd.grad ends in (torch.autograd.graph, since torch 2.3).
-        self._run_backward = getattr(getattr(torch.autograd, "graph", None), "_engine_run_backward", None)
+        # The engine call torch.autograd.grad ends in (torch.autograd.graph, since torch 2.3), and
+        # the engine it wraps.
+        graph = getattr(torch.autograd, "graph", None)
+        self._run_backward = getattr(graph, "_engine_run_backward", None)
+        self._engine = getattr(getattr(torch.autograd, "Variable", None), "_execution_engine", None)
+        self._engine_log = getattr(graph, "log", None)
 
     def grad(self, outputs, leaves, cotangents, retain):
         """`torch.autograd.grad(outputs, leaves, cotangents, retain_graph=retain, allow_unused=True)`
         for cotangents the pullback has already checked against their outputs (shape, element type,
         device): the engine called as `grad` calls it, without `grad`'s argument checks, which cost
         more than the rest of a small backward. `grad` itself where an output is a tensor subclass
-        (its `__torch_function__` may take over `grad`) or the engine call is missing."""
+        (its `__torch_function__` may take over `grad`) or the engine call is missing. On the host
+        the engine runs the backward on this thread, so the context `_engine_run_backward` hands to
+        device threads is not needed there (nor its logging hooks, unless its logger logs)."""
         run = self._run_backward
-        if run is not None and all(type(o) is self.tensor_type for o in outputs):
-            return run(tuple(outputs), tuple(cotangents), retain, False, tuple(leaves), True, accumulate_grad=False)
-        return self.torch.autograd.grad(outputs, leaves, cotangents, retain_graph=retain, allow_unused=True)
+        tensor_type = self.tensor_type
+        if run is None or not all(type(o) is tensor_type for o in outputs):
+            return self.torch.autograd.grad(outputs, leaves, cotangents, retain_graph=retain, allow_unused=True)
+        arguments = (tuple(outputs), tuple(cotangents), retain, False, tuple(leaves), True, False)
+        engine, log = self._engine, self._engine_log
+        if engine is not None and log is not None and not log.isEnabledFor(10) and all(o.is_cpu for o in outputs):
+            return engine.run_backward(*arguments)  # 10: logging.DEBUG
+        return run(*arguments)
 
     def record(self, fn, *args):
         """`fn(*args)` with autograd recording (the caller may have turned it off)."""

@@ -9,6 +9,7 @@ same numbers.
 
 import gc
 import itertools
+import logging
 import pathlib
 import re
 import resource
@@ -177,23 +178,45 @@ class Subclass(torch.Tensor):
     """A tensor subclass: its outputs are differentiated by torch.autograd.grad itself."""
 
 
-@pytest.mark.parametrize("route", ["engine", "autograd.grad", "subclass output"])
+class Counting:
+    """Counts the calls of `name` on `inner`, and passes them on."""
+
+    def __init__(self, inner, name, calls):
+        setattr(self, name, lambda *a, **k: calls.append(name) or getattr(inner, name)(*a, **k))
+
+
+@pytest.mark.parametrize("route", ["engine", "engine, logging", "autograd.grad", "subclass output"])
 def test_the_backward_equals_torchs_by_every_route(bridge, monkeypatch, route):
     """The pullback calls torch's engine as torch.autograd.grad does, without grad's argument
-    checks (its own are done first); torch.autograd.grad where the engine call is missing or an
-    output is a tensor subclass. Each route gives torch's own gradients."""
+    checks (its own are done first): on the host the engine itself, through the wrapper that
+    hands device threads their context where autograd's logger logs; torch.autograd.grad where
+    the engine call is missing or an output is a tensor subclass. Each route gives torch's own
+    gradients."""
     be = ad.backend("torch")
     calls = []
+    monkeypatch.setattr(be, "_engine", Counting(be._engine, "run_backward", calls))
+    wrapper = be._run_backward
+    monkeypatch.setattr(be, "_run_backward", lambda *a, **k: calls.append("wrapper") or wrapper(*a, **k))
     if route == "autograd.grad":
         monkeypatch.setattr(be, "_run_backward", None)
+    level = be._engine_log.level
+    if route == "engine, logging":
+        be._engine_log.setLevel(logging.DEBUG)
     grad = torch.autograd.grad
-    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: calls.append(1) or grad(*a, **k))
+    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: calls.append("grad") or grad(*a, **k))
     julia = Julia(bridge)
     a, b = julia.array((5, 4), "float64"), julia.array((4, 3), "float64", np.random.default_rng(2))
     wrap = (lambda t: t.as_subclass(Subclass)) if route == "subclass output" else (lambda t: t)
     f = ad.Function(lambda x, y: (wrap(torch.tanh(x @ y)), (x * x).sum()), "torch")
-    forward, _, grads = run(julia, f, [a, b], ones_like_outputs)
-    assert bool(calls) == (route != "engine")
+    try:
+        forward, _, grads = run(julia, f, [a, b], ones_like_outputs)
+    finally:
+        be._engine_log.setLevel(level)
+    expected = {"engine": ["run_backward"], "engine, logging": ["wrapper"]}.get(route)
+    if expected is not None:
+        assert calls == expected
+    else:
+        assert calls and calls[0] == "grad"
     ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
     cot = [torch.tensor(c) for c in ones_like_outputs(forward)]
     want = grad([torch.tanh(ta @ tb), (ta * ta).sum()], [ta, tb], cot)
