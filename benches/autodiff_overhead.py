@@ -364,16 +364,18 @@ def main():
     fixed_cost(bridge, before)
 
 
-def fixed_cost(bridge, before):
-    """The per-call cost alone: the whole sequence on a 4-wide MLP at batch 2, where torch's own
-    work is smallest, against torch alone on the same. 41 rounds; in each, every path runs 500
-    calls in turn (alternating order); the median over rounds of each path's mean per call."""
+def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
+    """The per-call cost, read apart: the whole sequence on an MLP (by default 4-wide at batch 2,
+    where torch's own work is smallest) against torch alone on the same, and the Python half alone
+    and with ctypes' glue. 41 rounds; in each, every path runs `per_round` calls in turn (alternating
+    order); the median over rounds of each path's mean per call."""
     torch.manual_seed(0)
-    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+    module = torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, features))
     names = [n for n, _ in module.named_parameters()]
     params_np = [julia_array(p.detach().numpy()) for p in module.parameters()]
     params_t = [torch.from_numpy(p) for p in params_np]
-    x_np, ct_np = julia_array(np.ones((2, 4))), julia_array(np.ones((2, 4)))
+    rng = np.random.default_rng(batch)
+    x_np, ct_np = julia_array(rng.standard_normal((batch, features))), julia_array(rng.standard_normal((batch, features)))
     x_t, ct_t = torch.from_numpy(x_np), torch.from_numpy(ct_np)
     calls, steps = {}, {}
     paths = {"torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
@@ -394,7 +396,7 @@ def fixed_cost(bridge, before):
         paths[kind + ": Python half + glue"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np,
                                                                                           glue))(rs)
     for run in paths.values():
-        for _ in range(200):
+        for _ in range(max(per_round // 2, 5)):
             run()
     per_call = {name: [] for name in paths}
     for k in range(41):
@@ -402,18 +404,19 @@ def fixed_cost(bridge, before):
         for name in order:
             run = paths[name]
             t0 = time.perf_counter()
-            for _ in range(500):
+            for _ in range(per_round):
                 run()
-            per_call[name].append((time.perf_counter() - t0) / 500 * 1e6)
+            per_call[name].append((time.perf_counter() - t0) / per_round * 1e6)
     median = {name: statistics.median(samples) for name, samples in per_call.items()}
     # Where a step's time goes, timed apart (the timer's own clock reads would inflate the above).
     parts = {}
     for name, rs in steps.items():
         timer = Timer()
-        for _ in range(41 * 100):
+        for _ in range(41 * per_round // 5):
             rs.step(params_np, x_np, ct_np, timer)
-        parts[name] = {part: seconds / (41 * 100) * 1e6 for part, seconds in timer.parts.items()}
-    print(f"per call, Linear(4 => 4), Tanh, Linear(4 => 4) at batch 2 (medians of 41 rounds of 500 calls): "
+        parts[name] = {part: seconds / (41 * per_round // 5) * 1e6 for part, seconds in timer.parts.items()}
+    print(f"per call, Linear({features} => {hidden}), Tanh, Linear({hidden} => {features}) at batch {batch} "
+          f"(medians of 41 rounds of {per_round} calls): "
           f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
           f"functional_call {median['functional_call']:.1f} µs; ctypes glue per call "
           + ", ".join(f"{name} {seconds * 1e6:.2f} µs" for name, seconds in glue.seconds.items()))
