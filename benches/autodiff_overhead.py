@@ -59,6 +59,11 @@ from rsdlpack_ctypes import (  # noqa: E402
 )
 
 FEATURES, HIDDEN = 4096, 16
+# RSDLPACK_BENCH_QUICK=1: every path once or twice on small arrays, for the test that keeps this
+# script running (test/python/test_benches.py); its figures mean nothing.
+QUICK = os.environ.get("RSDLPACK_BENCH_QUICK") == "1"
+if QUICK:
+    FEATURES = 32
 torch.set_num_threads(int(os.environ.get("RSDLPACK_BENCH_THREADS", "1")))
 
 
@@ -232,11 +237,12 @@ class CtypesGlue:
             fn = ctypes.PYFUNCTYPE(restype, *argtypes)(labs)
             self.calls[name] = (fn, args)
             runs = []
-            for _ in range(21):
+            n = 20000 if not QUICK else 10
+            for _ in range(21 if not QUICK else 1):
                 t0 = time.perf_counter()
-                for _ in range(20000):
+                for _ in range(n):
                     fn(*args)
-                runs.append((time.perf_counter() - t0) / 20000)
+                runs.append((time.perf_counter() - t0) / n)
             self.seconds[name] = statistics.median(runs)
 
     def call(self, name):
@@ -318,7 +324,7 @@ def main():
     print(f"{'batch':>6} {'crossing':>9} {'torch alone':>12} {'functional_call':>16} "
           f"{'RsDLPack before':>16} {'RsDLPack':>10} {'NumPy copies':>13} {'RsDLPack - torch':>17} "
           f"{'bridge calls':>13} {'copies':>9} {'copies / bridge calls':>22}")
-    for batch, rounds in ((64, 41), (4096, 9)):
+    for batch, rounds in ((64, 41), (4096, 9)) if not QUICK else ((4, 2), (8, 2)):
         rng = np.random.default_rng(batch)
         x_np = julia_array(rng.standard_normal((batch, FEATURES)))
         ct_np = julia_array(rng.standard_normal((batch, FEATURES)))
@@ -361,7 +367,7 @@ def main():
               f"{(median_ms(times['rsdlpack']) - median_ms(times['torch'])) * 1e3:>14.1f} µs "
               f"{bridge_us:>10.1f} µs {copies_us / 1e3:>6.2f} ms {copies_us / bridge_us:>21.0f}×")
         sys.stdout.flush()
-    fixed_cost(bridge, before)
+    fixed_cost(bridge, before, per_round=500 if not QUICK else 5)
 
 
 def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
@@ -399,7 +405,8 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
         for _ in range(max(per_round // 2, 5)):
             run()
     per_call = {name: [] for name in paths}
-    for k in range(41):
+    rounds = 41 if not QUICK else 3
+    for k in range(rounds):
         order = list(paths) if k % 2 == 0 else list(reversed(paths))
         for name in order:
             run = paths[name]
@@ -412,11 +419,12 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
     parts = {}
     for name, rs in steps.items():
         timer = Timer()
-        for _ in range(41 * per_round // 5):
+        n = max(rounds * per_round // 5, 1)
+        for _ in range(n):
             rs.step(params_np, x_np, ct_np, timer)
-        parts[name] = {part: seconds / (41 * per_round // 5) * 1e6 for part, seconds in timer.parts.items()}
+        parts[name] = {part: seconds / n * 1e6 for part, seconds in timer.parts.items()}
     print(f"per call, Linear({features} => {hidden}), Tanh, Linear({hidden} => {features}) at batch {batch} "
-          f"(medians of 41 rounds of {per_round} calls): "
+          f"(medians of {rounds} rounds of {per_round} calls): "
           f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
           f"functional_call {median['functional_call']:.1f} µs; ctypes glue per call "
           + ", ".join(f"{name} {seconds * 1e6:.2f} µs" for name, seconds in glue.seconds.items()))
