@@ -27,9 +27,11 @@ their cotangents are 64 × 4096 float32 (1 MiB) at batch 64 and 4096 × 4096 (64
 after one warm-up call each), so that a slow stretch of the machine hits all alike; medians are
 printed. "bridge calls" is the time spent in RsDLPack's C calls within a step, "copies" the
 NumPy bridge's copies: the two overheads that scale, or do not, with the size of what crosses.
-The last lines are the fixed cost per call on a 4-wide MLP at batch 2, for the Lux layer's call
-(`Module`) and for a frozen module as a function of its input (`Function`, against torch alone
-differentiating the input only).
+The last lines read the cost per call apart, on a 4-wide MLP at batch 2 (where torch's own work
+is smallest: the fixed cost) and on the MLP above at batch 64, for the Lux layer's call (`Module`,
+against torch alone and against functional_call) and for a frozen module as a function of its
+input (`Function`, against torch alone differentiating the input only): the Python half alone,
+ctypes' cost as the step runs, and the bridge's C calls.
 """
 
 import ctypes
@@ -323,6 +325,7 @@ def main():
           f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input)")
     print(f"{'batch':>6} {'crossing':>9} {'torch alone':>12} {'functional_call':>16} "
           f"{'RsDLPack before':>16} {'RsDLPack':>10} {'NumPy copies':>13} {'RsDLPack - torch':>17} "
+          f"{'- functional_call':>18} "
           f"{'bridge calls':>13} {'copies':>9} {'copies / bridge calls':>22}")
     for batch, rounds in ((64, 41), (4096, 9)) if not QUICK else ((4, 2), (8, 2)):
         rng = np.random.default_rng(batch)
@@ -365,9 +368,11 @@ def main():
               f"{median_ms(times['functional_call']):>13.3f} ms {before_ms} {median_ms(times['rsdlpack']):>7.3f} ms "
               f"{median_ms(times['numpy']):>10.3f} ms "
               f"{(median_ms(times['rsdlpack']) - median_ms(times['torch'])) * 1e3:>14.1f} µs "
+              f"{(median_ms(times['rsdlpack']) - median_ms(times['functional_call'])) * 1e3:>15.1f} µs "
               f"{bridge_us:>10.1f} µs {copies_us / 1e3:>6.2f} ms {copies_us / bridge_us:>21.0f}×")
         sys.stdout.flush()
     fixed_cost(bridge, before, per_round=500 if not QUICK else 5)
+    fixed_cost(bridge, before, FEATURES, HIDDEN, 64 if not QUICK else 4, per_round=20 if not QUICK else 2)
 
 
 def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
