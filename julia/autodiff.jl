@@ -18,7 +18,7 @@ const SHARE_INTO_TYPE = 1   # share inputs into the callable's tensor_type (else
 Where the Python half lives: the package's python/ directory (shipped with the package), asked
 for at run time — a path kept in the precompiled image would be the precompiling depot's.
 """
-autodiff_python_dir() = joinpath(pkgdir(@__MODULE__), "python")
+autodiff_python_dir() = pkgdir(@__MODULE__, "python")  # exported Base at 1.10-1.13 (base/exports.jl)
 const AUTODIFF_MODULE = "rsdlpack_autodiff"
 
 # Front-end operations, one method each in the PyCall and PythonCall extensions for their

@@ -745,7 +745,7 @@ def test_the_julia_half_reads_the_same_codes():
         "KIND_NO_TANGENT": ad.KIND_NO_TANGENT, "KIND_TANGENT": ad.KIND_TANGENT, "KIND_ZERO": ad.KIND_ZERO,
         "KIND_NONE": ad.KIND_NONE, "STRUCTURE_SINGLE": ad.SINGLE, "SHARE_INTO_TYPE": ad.SHARE_INTO_TYPE}
     # Julia finds the module in the package's python/ directory, by this name.
-    assert 'autodiff_python_dir() = joinpath(pkgdir(@__MODULE__), "python")' in text
+    assert 'autodiff_python_dir() = pkgdir(@__MODULE__, "python")' in text
     assert f'const AUTODIFF_MODULE = "{ad.__name__}"' in text
     assert pathlib.Path(ad.__file__).resolve() == REPO / "python" / "rsdlpack_autodiff.py"
 
