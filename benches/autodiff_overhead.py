@@ -35,6 +35,7 @@ ctypes' cost as the step runs, and the bridge's C calls.
 """
 
 import ctypes
+import functools
 import importlib.util
 import os
 import pathlib
@@ -171,29 +172,33 @@ class Rsdlpack:
 
     def step_without_bridge(self, params, x, cotangent, glue=None):
         """The step's Python half alone, on tensors torch.from_numpy makes and with no imports; with
-        `glue` (a CtypesGlue), also the step's ctypes calls, in the same places, of the C function
-        that ignores its arguments: the difference between the two is what ctypes costs in the
-        step as it runs (it costs more there than in a loop of its own, its code being cold)."""
-        call = glue.call if glue is not None else _no_call
+        `glue` (CtypesGlue.calls), also the step's ctypes calls, in the same places, of the C
+        function that ignores its arguments: the difference between the two is what ctypes costs in
+        the step as it runs (more there than in a loop of its own, its code being cold)."""
         arrays = self.arrays(params, x)
         shared = []
         for m in arrays:
-            call("rsdlpack_py_share_into")
+            if glue:
+                glue["rsdlpack_py_share_into"]()
             shared.append(torch.from_numpy(m))
-            call("Py_DecRef")
+            if glue:
+                glue["Py_DecRef"]()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
-        call("rsdlpack_py_import_plan")
-        call("rsdlpack_py_share_into")
+        if glue:
+            glue["rsdlpack_py_import_plan"]()
+            glue["rsdlpack_py_share_into"]()
         shared_cotangent = torch.from_numpy(cotangent)
-        call("Py_DecRef")
+        if glue:
+            glue["Py_DecRef"]()
         grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
         del shared_cotangent
-        for _ in grads.tensors:
-            call("rsdlpack_py_import_plan")
-        for _ in range(1 + len(grads.tensors)):
-            call("rsdlpack_imported_release")
-        call("rsdlpack_py_take_released_roots")
+        if glue:
+            for _ in grads.tensors:
+                glue["rsdlpack_py_import_plan"]()
+            for _ in range(1 + len(grads.tensors)):
+                glue["rsdlpack_imported_release"]()
+            glue["rsdlpack_py_take_released_roots"]()
         return forward.outputs[0]
 
     def calls_per_step(self, params, x, cotangent):
@@ -205,10 +210,6 @@ class Rsdlpack:
         imported = 1 + len(forward.pullback(cotangent, *([None] * (len(forward.outputs) - 1))).tensors)
         return {"rsdlpack_py_share_into": shared, "Py_DecRef": shared, "rsdlpack_py_import_plan": imported,
                 "rsdlpack_imported_release": imported, "rsdlpack_py_take_released_roots": 1}
-
-
-def _no_call(name):
-    pass
 
 
 class CtypesGlue:
@@ -237,7 +238,7 @@ class CtypesGlue:
         self.seconds, self.calls = {}, {}
         for name, (argtypes, restype, args) in calls.items():
             fn = ctypes.PYFUNCTYPE(restype, *argtypes)(labs)
-            self.calls[name] = (fn, args)
+            self.calls[name] = functools.partial(fn, *args)  # no more Python around it than the step has
             runs = []
             n = 20000 if not QUICK else 10
             for _ in range(21 if not QUICK else 1):
@@ -246,10 +247,6 @@ class CtypesGlue:
                     fn(*args)
                 runs.append((time.perf_counter() - t0) / n)
             self.seconds[name] = statistics.median(runs)
-
-    def call(self, name):
-        fn, args = self.calls[name]
-        fn(*args)
 
     def of(self, calls):
         """The glue of a step's calls ({name: count}), in seconds."""
@@ -405,7 +402,7 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
         rs = steps[kind]
         paths[kind + ": Python half"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np))(rs)
         paths[kind + ": Python half + glue"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np,
-                                                                                          glue))(rs)
+                                                                                          glue.calls))(rs)
     for run in paths.values():
         for _ in range(max(per_round // 2, 5)):
             run()
@@ -433,23 +430,31 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
           f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
           f"functional_call {median['functional_call']:.1f} µs; ctypes glue per call "
           + ", ".join(f"{name} {seconds * 1e6:.2f} µs" for name, seconds in glue.seconds.items()))
+    # ctypes' cost as the step runs: the Python half with the step's calls of a C function that
+    # ignores its arguments, less the Python half alone, round by round (its median and quartiles:
+    # a difference of two paths of ~100 µs each, so noisy). It is this tree's Python half's, also
+    # where an earlier Python half's rows subtract it: the calls are the same.
+    glue_us, glue_spread = {}, {}
+    for kind in ("Module", "Function"):
+        rounds_us = [g - h for g, h in zip(per_call[kind + ": Python half + glue"], per_call[kind + ": Python half"])]
+        glue_us[kind] = statistics.median(rounds_us)
+        quartiles = statistics.quantiles(rounds_us, n=4) if len(rounds_us) > 1 else [rounds_us[0]] * 3
+        glue_spread[kind] = f"quartiles {quartiles[0]:.1f} to {quartiles[2]:.1f}"
     for name in steps:
         kind = name.split()[0]
         baselines = ["torch alone, input only"] if kind == "Function" else ["torch alone", "functional_call"]
-        # ctypes' cost as the step runs: the Python half with the step's calls of a C function that
-        # ignores its arguments, less the Python half alone.
-        glue_us = median[kind + ": Python half + glue"] - median[kind + ": Python half"]
-        beyond = "; ".join(f"{median[name] - median[b]:6.1f} µs beyond {b!r} ({median[name] - median[b] - glue_us:5.1f} "
-                           "without ctypes)" for b in baselines)
+        beyond = "; ".join(f"{median[name] - median[b]:6.1f} µs beyond {b!r} "
+                           f"({median[name] - median[b] - glue_us[kind]:5.1f} without ctypes)" for b in baselines)
         print(f"  {name:<16} {median[name]:7.1f} µs: {beyond}; ctypes glue of its {sum(calls[name].values())} calls "
-              f"{glue_us:.1f} µs in the step ({glue.of(calls[name]) * 1e6:.1f} µs in a loop of their own); "
-              f"bridge calls {parts[name]['bridge calls']:.1f} µs, Python half {parts[name]['forward + pullback (Python)']:.1f} µs")
+              f"{glue_us[kind]:.1f} µs in the step ({glue_spread[kind]}; {glue.of(calls[name]) * 1e6:.1f} µs in a loop "
+              f"of their own); bridge calls {parts[name]['bridge calls']:.1f} µs, Python half "
+              f"{parts[name]['forward + pullback (Python)']:.1f} µs")
     for kind in ("Module", "Function"):
         baseline = "torch alone, input only" if kind == "Function" else "torch alone"
         half = median[kind + ": Python half"]
         print(f"  {kind}'s Python half alone (torch.from_numpy inputs, no bridge): {half:.1f} µs, "
-              f"{half - median[baseline]:.1f} µs beyond {baseline!r}; the bridge's C calls in the step, their "
-              f"ctypes glue less: {median[kind] - half - (median[kind + ': Python half + glue'] - half):.1f} µs")
+              f"{half - median[baseline]:.1f} µs beyond {baseline!r}; the bridge (its C calls and the lines that "
+              f"make them), ctypes' glue less: {median[kind] - median[kind + ': Python half + glue']:.1f} µs")
 
 
 if __name__ == "__main__":

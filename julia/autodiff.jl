@@ -16,9 +16,10 @@ const SHARE_INTO_TYPE = 1   # share inputs into the callable's tensor_type (else
 
 """
 Where the Python half lives: the package's python/ directory (shipped with the package), asked
-for at run time — a path kept in the precompiled image would be the precompiling depot's.
+for at run time, so that a depot moved after precompiling still finds it; the source tree's
+where RsDLPack was not loaded as a package.
 """
-autodiff_python_dir() = pkgdir(@__MODULE__, "python")  # exported Base at 1.10-1.13 (base/exports.jl)
+autodiff_python_dir() = something(pkgdir(@__MODULE__, "python"), joinpath(PACKAGE_DIR, "python"))
 const AUTODIFF_MODULE = "rsdlpack_autodiff"
 
 # Front-end operations, one method each in the PyCall and PythonCall extensions for their

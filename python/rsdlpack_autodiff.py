@@ -9,8 +9,8 @@ integer tensor, see `Function`; `jax.vjp`; for a module's functional call, torch
 in a `Pullback`; Julia shares the cotangents the same way, calls it, and imports the input
 cotangents. Nothing here copies a tensor that crosses (but a cotangent that must be moved to
 its output's device, or projected onto its output's element type as ChainRules' `ProjectTo`
-does), and no tensor that requires grad ever crosses: inputs are detached leaves of their own, outputs and cotangents are detached before
-they are returned.
+does), and no tensor that requires grad ever crosses: inputs are detached leaves of their
+own, outputs and cotangents are detached before they are returned.
 
 What Julia reads back, as plain ints (`KIND_*`): for each output whether it is differentiable,
 and for each input whether its cotangent is a tensor, zero (`ZeroTangent`) or absent
@@ -30,6 +30,8 @@ first; with `retain=True` until it is dropped (calling it again is then allowed,
 `Zygote.jacobian` does). Julia drops it by releasing its reference; no Python runs in a Julia
 finalizer beyond that release, which the front-end already defers to the GIL's thread.
 """
+
+import logging
 
 KIND_NO_TANGENT = 0  # input: no cotangent (NoTangent); output: not differentiable
 KIND_TANGENT = 1  # input: a cotangent tensor follows; output: differentiable
@@ -82,30 +84,33 @@ class _Torch:
 
         self.torch = torch
         self.tensor_type = torch.Tensor
-        # The engine call torch.autograd.grad ends in (torch.autograd.graph, since torch 2.3), and
-        # the engine it wraps.
+        # What torch.autograd.grad ends in: the wrapper `_engine_run_backward` (torch.autograd.graph),
+        # and the engine it wraps. The wrapper hands the caller's context to the engine's device
+        # threads (torch.compile's backward reads its configuration there), which makes every node
+        # of the backward copy it; without an accelerator every node runs on this thread, and the
+        # engine is called directly.
         graph = getattr(torch.autograd, "graph", None)
         self._run_backward = getattr(graph, "_engine_run_backward", None)
-        self._engine = getattr(getattr(torch.autograd, "Variable", None), "_execution_engine", None)
         self._engine_log = getattr(graph, "log", None)
+        engine = getattr(getattr(torch.autograd, "Variable", None), "_execution_engine", None)
+        accelerator = getattr(torch, "accelerator", None)
+        self._host_engine = engine if accelerator is not None and not accelerator.is_available() else None
+        self._has_torch_function = torch._C._has_torch_function
 
     def grad(self, outputs, leaves, cotangents, retain):
         """`torch.autograd.grad(outputs, leaves, cotangents, retain_graph=retain, allow_unused=True)`
         for cotangents the pullback has already checked against their outputs (shape, element type,
         device): the engine called as `grad` calls it, without `grad`'s argument checks, which cost
-        more than the rest of a small backward. `grad` itself where an output is a tensor subclass
-        (its `__torch_function__` may take over `grad`) or the engine call is missing. On the host
-        the engine runs the backward on this thread, so the context `_engine_run_backward` hands to
-        device threads is not needed there (nor its logging hooks, unless its logger logs)."""
-        run = self._run_backward
-        tensor_type = self.tensor_type
-        if run is None or not all(type(o) is tensor_type for o in outputs):
+        about as much as a small backward itself. `grad` itself where it would hand the call to a
+        `__torch_function__` (a tensor subclass, a torch function mode) or torch lacks the wrapper;
+        the engine directly where no accelerator exists and autograd's logger does not log (the
+        wrapper hooks the graph then)."""
+        if self._run_backward is None or self._has_torch_function((*outputs, *leaves)):
             return self.torch.autograd.grad(outputs, leaves, cotangents, retain_graph=retain, allow_unused=True)
         arguments = (tuple(outputs), tuple(cotangents), retain, False, tuple(leaves), True, False)
-        engine, log = self._engine, self._engine_log
-        if engine is not None and log is not None and not log.isEnabledFor(10) and all(o.is_cpu for o in outputs):
-            return engine.run_backward(*arguments)  # 10: logging.DEBUG
-        return run(*arguments)
+        if self._host_engine is not None and not self._engine_log.isEnabledFor(logging.DEBUG):
+            return self._host_engine.run_backward(*arguments)
+        return self._run_backward(*arguments)
 
     def record(self, fn, *args):
         """`fn(*args)` with autograd recording (the caller may have turned it off)."""
@@ -115,12 +120,13 @@ class _Torch:
         with torch.enable_grad():
             return fn(*args)
 
-    def project(self, t, dtype):
-        """A cotangent of another element type made the output's, as ChainRules' `ProjectTo`
-        makes it: a complex one's real part for a real output; a copy."""
+    def conform(self, t, dtype, device):
+        """A cotangent made its output's element type (as ChainRules' `ProjectTo` makes it: a
+        complex one's real part for a real output) and moved to its device (`None`: where it is),
+        in one copy."""
         if t.is_complex() and not dtype.is_complex:
             t = t.real
-        return t.to(dtype)
+        return t.to(device=device, dtype=dtype)
 
     def as_tensor(self, x):
         torch = self.torch
@@ -150,8 +156,6 @@ class _Torch:
     def device(self, t):
         return t.device
 
-    def to_device(self, t, device):
-        return t.to(device)
 
 
 class _Jax:
@@ -191,14 +195,13 @@ class _Jax:
     def device(self, t):
         return next(iter(t.devices()))
 
-    def project(self, t, dtype):
+    def conform(self, t, dtype, device):
+        """As `_Torch.conform`."""
         jnp = self.jnp
         if jnp.iscomplexobj(t) and not jnp.issubdtype(dtype, jnp.complexfloating):
             t = jnp.real(t)
-        return t.astype(dtype)
-
-    def to_device(self, t, device):
-        return self.jax.device_put(t, device)
+        t = t.astype(dtype)
+        return t if device is None else self.jax.device_put(t, device)
 
 
 _BACKENDS = {}
@@ -377,20 +380,25 @@ class Pullback:
     def _cotangent(self, k, x, output_shape, output_dtype, output_device=None):
         be = self._be
         t = be.as_tensor(x)
-        if output_device is not None and be.device(t) != output_device:
-            # A cotangent Julia had to make on the host (a FillArrays one, collected) for an
-            # output on a GPU: one of the two copies this module makes.
-            t = be.to_device(t, output_device)
         if t.shape != output_shape:
             raise CotangentMismatchError(
                 f"the cotangent of output {k + 1} is {_dims(t.shape, self._order)}, but output {k + 1} is "
                 f"{_dims(output_shape, self._order)} (dims as Julia sees them, order={self._order})"
             )
-        if t.dtype != output_dtype:
-            # Projected as ChainRules projects it (a Float64 loss's cotangent of a Float32
-            # output): the other copy this module makes.
-            t = be.project(t, output_dtype)
-        return t
+        # A cotangent Julia had to make on the host (a FillArrays one, collected) for an output on
+        # a GPU, or one of another element type (a Float64 loss's cotangent of a Float32 output,
+        # projected as ChainRules projects it): the one copy this module makes.
+        device = output_device if output_device is not None and be.device(t) != output_device else None
+        if device is None and t.dtype == output_dtype:
+            return t
+        try:
+            return be.conform(t, output_dtype, device)
+        except Exception as e:
+            raise CotangentMismatchError(
+                f"the cotangent of output {k + 1} has element type {be.dtype_name(t)} on {be.device(t)}, and "
+                f"output {k + 1} has {str(output_dtype).removeprefix('torch.')} on {output_device}: it could not "
+                f"be converted ({e}); pass a cotangent of the output's element type"
+            ) from e
 
     def __call__(self, *cotangents):
         if self._vjp is None:
