@@ -702,9 +702,9 @@ impl<'a> ExporterRef<'a> {
         minor: u32,
     ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
         let owner = match carried {
-            // SAFETY: the allocation's pointer, held by the caller for the call (see `new`); the
-            // GIL serialises the exports of an exporter (see above).
             Carried::Source(consumer) => {
+                // SAFETY: the allocation's pointer, held by the caller for the call (see
+                // `new`); the GIL serialises the exports of an exporter (see above).
                 match unsafe { export_versioned_in_slot(self.0, minor) }? {
                     Some(tensor) => {
                         // SAFETY: the slot was just claimed by this export, whose capsule is not
