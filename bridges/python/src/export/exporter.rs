@@ -75,17 +75,13 @@ pub(crate) struct ExporterObject {
     /// A consumer's captured graph may wait for it (an external-event node), so it goes with
     /// the memory to the memory's release ([`release_memory`]), never before.
     ready: Option<ReadyEvent>,
-    /// The fences the consumers' releases left, each recorded as its capsule was released:
-    /// the memory's release waits for them (see [`release_memory`]).
-    fences: ConsumerFences,
+    /// What only memory that streams order (CUDA, managed) needs, the fences its consumers
+    /// leave: `None` for other memory, whose exports pay nothing for it.
+    ordered: Option<Box<Ordered>>,
     /// The stream the consumer of the capsule in the slot was handed the memory on: written by
     /// the export that claimed the slot (under the GIL), taken by that capsule's deleter
     /// before it frees the slot ([`SlotOwner::slot_released`]).
     slot_consumer: UnsafeCell<Option<FenceStream>>,
-    /// The streams borrowed views (the C exchange API's `dltensor_from_py_object_no_sync`,
-    /// valid while the object lives) were made ready on: fenced when the object's own hold is
-    /// given back ([`ExporterObject::release_object`]).
-    views: Mutex<Vec<FenceStream>>,
     /// The producer's stream, kept alive with the memory, when each export records its own
     /// event there ([`plan::ProducerReady::AtEachExport`]) rather than waiting for `ready`.
     producer: Option<usize>,
@@ -94,10 +90,21 @@ pub(crate) struct ExporterObject {
 // SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
 // slot is `Sync` by itself; the descriptor never changes once built; the keeper and the event
 // are `Send` and used only by their drop, which runs once, by the last holder; the fences and
-// the views are behind locks; the slot's consumer stream is written only by the export that
-// claimed the slot and taken only by that export's deleter, the slot's flag ordering the two
-// (as it orders the header's writes and reads).
+// the views (in `ordered`) are behind locks; the slot's consumer stream is written only by the
+// export that claimed the slot and taken only by that export's deleter, the slot's flag
+// ordering the two (as it orders the header's writes and reads).
 unsafe impl Sync for ExporterObject {}
+
+/// What an exporter of memory that streams order keeps for its release.
+struct Ordered {
+    /// The fences the consumers' releases left, each recorded as its capsule was released:
+    /// the memory's release waits for them (see [`release_memory`]).
+    fences: ConsumerFences,
+    /// The streams borrowed views (the C exchange API's `dltensor_from_py_object_no_sync`,
+    /// valid while the object lives) were made ready on: fenced when the object's own hold is
+    /// given back ([`ExporterObject::release_object`]).
+    views: Mutex<Vec<FenceStream>>,
+}
 
 /// What keeps a source's memory alive until the exporter and every capsule are gone.
 enum Keeper {
@@ -113,17 +120,13 @@ enum Keeper {
 /// (see [`rsdlpack::export::given_back`]). Never waits and runs no Python (any thread: a
 /// capsule's deleter runs where its consumer frees it); memory whose consumers recorded no
 /// fence (host memory, none handed on a stream) is given back at once.
-fn release_memory(
-    memory: Keeper,
-    ready: Option<ReadyEvent>,
-    descriptor: &TensorDescriptor,
-    fences: &ConsumerFences,
-) {
-    // Host memory (the common case) never recorded a fence: no lock taken for it.
-    if !ordered_by_streams(descriptor.device().kind) {
-        return drop((memory, ready));
-    }
-    if let Some(release) = give_back_after((memory, ready), fences) {
+fn release_memory(memory: Keeper, ready: Option<ReadyEvent>, ordered: Option<Box<Ordered>>) {
+    // Host memory (the common case) has no fences: no lock taken for it.
+    let Some(ordered) = ordered else {
+        drop(memory);
+        return drop(ready);
+    };
+    if let Some(release) = give_back_after((memory, ready), &ordered.fences) {
         #[cfg(test)]
         let Some(release) = model_tests::catch_deferred(release) else {
             return;
@@ -199,9 +202,13 @@ impl Building {
             (&raw mut (*place).slot).write(HeaderSlot::new());
             (&raw mut (*place)._memory).write(memory);
             (&raw mut (*place).ready).write(ready);
-            (&raw mut (*place).fences).write(ConsumerFences::new());
+            (&raw mut (*place).ordered).write(ordered_by_streams(device.kind).then(|| {
+                Box::new(Ordered {
+                    fences: ConsumerFences::new(),
+                    views: Mutex::new(Vec::new()),
+                })
+            }));
             (&raw mut (*place).slot_consumer).write(UnsafeCell::new(None));
-            (&raw mut (*place).views).write(Mutex::new(Vec::new()));
             (&raw mut (*place).producer).write(None);
         }
         let exporter = Exporter(self.0);
@@ -388,9 +395,9 @@ unsafe impl DescribingOwner for CapsuleOwner {
 }
 
 /// What one export hands out the memory of: the source's own (with the stream its consumer
-/// was handed it on, for memory streams order), or a private copy.
+/// was handed it on, a `CUstream` value, for memory streams order), or a private copy.
 enum Carried {
-    Source(Option<FenceStream>),
+    Source(Option<usize>),
     Copy(CapsuleOwner),
 }
 
@@ -443,21 +450,19 @@ impl ExporterObject {
         std::sync::atomic::fence(Ordering::Acquire);
         let object = object.cast_mut();
         // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
-        // are dropped once (the keeper and the ready event moved out to their release, which
-        // may outlive the allocation; then the fences, the slot's stream and the views); the
-        // slot and the descriptor have none, and the header is Python's memory no longer (its
-        // object was deallocated, or never made). The allocation is `Box`'s (`Building::new`).
-        // Should the release unwind, the allocation, and the memory, are leaked.
+        // are dropped once (the keeper, the ready event and the fences moved out to the
+        // memory's release, which may outlive the allocation); the slot's stream is `None`
+        // (taken by the slot's last capsule, or never written), the slot and the descriptor
+        // have no drop, and the header is Python's memory no longer (its object was
+        // deallocated, or never made). The allocation is `Box`'s (`Building::new`). Should the
+        // release unwind, the allocation, and the memory, are leaked.
         unsafe {
+            debug_assert!((*(*object).slot_consumer.get()).is_none());
             release_memory(
                 std::ptr::read(&raw const (*object)._memory),
                 std::ptr::read(&raw const (*object).ready),
-                &(*object).descriptor,
-                &(*object).fences,
+                std::ptr::read(&raw const (*object).ordered),
             );
-            std::ptr::drop_in_place(&raw mut (*object).fences);
-            std::ptr::drop_in_place(&raw mut (*object).slot_consumer);
-            std::ptr::drop_in_place(&raw mut (*object).views);
             drop(Box::from_raw(object.cast::<MaybeUninit<Self>>()));
         }
     }
@@ -468,13 +473,17 @@ impl ExporterObject {
     ///
     /// # Safety
     /// As [`Self::release`], for the object's hold.
+    #[inline]
     pub(super) unsafe fn release_object(object: *const Self) {
         // SAFETY: held until the release below (contract).
         let this = unsafe { &*object };
-        let views = std::mem::take(&mut *this.views.lock().unwrap_or_else(|p| p.into_inner()));
-        for stream in views {
-            // SAFETY: a stream a view's consumer named, live while the view is (until now).
-            unsafe { this.record_consumer(stream) };
+        if let Some(ordered) = &this.ordered {
+            let views =
+                std::mem::take(&mut *ordered.views.lock().unwrap_or_else(|p| p.into_inner()));
+            for stream in views {
+                // SAFETY: a stream a view's consumer named, live while the view is (until now).
+                unsafe { ordered.fences.record(&this.descriptor, stream) };
+            }
         }
         // SAFETY: forwarded from this function's contract.
         unsafe { Self::release(object) }
@@ -486,8 +495,10 @@ impl ExporterObject {
     /// # Safety
     /// `stream` is 1, 2 or a `CUstream` of the memory's device, live now.
     unsafe fn record_consumer(&self, stream: FenceStream) {
-        // SAFETY: contract.
-        unsafe { self.fences.record(&self.descriptor, stream) };
+        if let Some(ordered) = &self.ordered {
+            // SAFETY: contract.
+            unsafe { ordered.fences.record(&self.descriptor, stream) };
+        }
     }
 
     /// The validated tensor behind this exporter.
@@ -514,8 +525,11 @@ impl ExporterObject {
             return Ok(());
         };
         self.order_before(stream)?;
+        let Some(ordered) = &self.ordered else {
+            return Ok(());
+        };
         let named = FenceStream::named_now(stream);
-        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        let mut views = ordered.views.lock().unwrap_or_else(|p| p.into_inner());
         let context = |s: &FenceStream| s.alias_context.as_ref().map(|c| c.raw());
         if !views
             .iter()
@@ -565,7 +579,7 @@ impl ExporterObject {
                 if let Some(consumer) = consumer_stream {
                     self.order_before(consumer)?;
                 }
-                Ok(Carried::Source(consumer_stream.map(FenceStream::named_now)))
+                Ok(Carried::Source(consumer_stream))
             }
             Memory::HostCopy => {
                 // SAFETY: every caller holds the GIL (a Python method or a function of the C
@@ -696,6 +710,7 @@ impl<'a> ExporterRef<'a> {
     }
 
     /// [`Self::versioned`] past carrying the plan out.
+    #[inline]
     fn hand_out_versioned(
         self,
         carried: Carried,
@@ -703,13 +718,16 @@ impl<'a> ExporterRef<'a> {
     ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
         let owner = match carried {
             Carried::Source(consumer) => {
+                // Named now, in this export's call: an alias means the context current now.
+                let consumer = consumer.map(FenceStream::named_now);
                 // SAFETY: the allocation's pointer, held by the caller for the call (see
                 // `new`); the GIL serialises the exports of an exporter (see above).
                 match unsafe { export_versioned_in_slot(self.0, minor) }? {
                     Some(tensor) => {
                         // SAFETY: the slot was just claimed by this export, whose capsule is not
-                        // handed out yet: nothing else reads or writes its stream.
-                        unsafe { *self.slot_consumer.get() = consumer };
+                        // handed out yet: nothing else reads or writes its stream, which is
+                        // `None` (taken by the previous capsule's deleter: nothing to drop).
+                        unsafe { self.slot_consumer.get().write(consumer) };
                         return Ok(tensor);
                     }
                     None => self.shared(consumer),
@@ -726,17 +744,22 @@ impl<'a> ExporterRef<'a> {
     }
 
     /// [`Self::legacy`] past carrying the plan out.
+    #[inline]
     fn hand_out_legacy(self, carried: Carried) -> BridgeResult<Managed<DLManagedTensor>> {
         let owner = match carried {
-            // SAFETY: as in `hand_out_versioned`.
-            Carried::Source(consumer) => match unsafe { export_legacy_in_slot(self.0) }? {
-                Some(tensor) => {
-                    // SAFETY: as in `hand_out_versioned`.
-                    unsafe { *self.slot_consumer.get() = consumer };
-                    return Ok(tensor);
+            Carried::Source(consumer) => {
+                // As in `hand_out_versioned`.
+                let consumer = consumer.map(FenceStream::named_now);
+                // SAFETY: as in `hand_out_versioned`.
+                match unsafe { export_legacy_in_slot(self.0) }? {
+                    Some(tensor) => {
+                        // SAFETY: as in `hand_out_versioned`.
+                        unsafe { self.slot_consumer.get().write(consumer) };
+                        return Ok(tensor);
+                    }
+                    None => self.shared(consumer),
                 }
-                None => self.shared(consumer),
-            },
+            }
             Carried::Copy(owner) => owner,
         };
         Ok(export_legacy_described(owner)?)
@@ -869,26 +892,24 @@ mod model_tests {
         taken();
         let exporter = device_exporter(41);
         let at = receiver(&exporter);
-        let on = |handle| Carried::Source(Some(FenceStream::named_now(handle)));
+        let on = |handle| Carried::Source(Some(handle));
         let in_slot = at.hand_out_versioned(on(0x7f00), 3).unwrap();
         assert!(at.slot().is_taken());
         let held = at.hand_out_versioned(on(0x8f00), 3).unwrap();
         let unfenced = at.hand_out_legacy(Carried::Source(None)).unwrap();
-        at.views.lock().unwrap().push(FenceStream::named_now(1));
-        assert_eq!(at.fences.recorded(), 0, "nothing before a release");
+        let fences = |at: ExporterRef<'_>| at.ordered.as_ref().unwrap().fences.recorded();
+        let ordered = at.ordered.as_ref().expect("device memory");
+        ordered
+            .views
+            .lock()
+            .unwrap()
+            .push(FenceStream::named_now(1));
+        assert_eq!(fences(at), 0, "nothing before a release");
 
         std::thread::spawn(move || drop(in_slot)).join().unwrap();
-        assert_eq!(
-            at.fences.recorded(),
-            1,
-            "the slot's consumer, at its release"
-        );
+        assert_eq!(fences(at), 1, "the slot's consumer, at its release");
         std::thread::spawn(move || drop(held)).join().unwrap();
-        assert_eq!(
-            at.fences.recorded(),
-            2,
-            "the other capsule's, at its release"
-        );
+        assert_eq!(fences(at), 2, "the other capsule's, at its release");
 
         // The object's own hold (its tp_dealloc): the views' stream.
         let object = exporter.0;
@@ -897,7 +918,7 @@ mod model_tests {
         unsafe { ExporterObject::release_object(object.as_ptr()) };
         // SAFETY: held by `unfenced`.
         let still = unsafe { ExporterRef::new(object) };
-        assert_eq!(still.fences.recorded(), 3, "the views, as the object goes");
+        assert_eq!(fences(still), 3, "the views, as the object goes");
         assert_eq!(taken(), [] as [u64; 0], "a capsule still holds the root");
 
         CAUGHT.set(Some(Vec::new()));
