@@ -40,10 +40,14 @@
 //!
 //! Exports need the mirror of this: a consumer (torch) calls an exported tensor's deleter
 //! without waiting for its own streams, and the producer's allocator (CUDA.jl's pool) reuses
-//! the memory on its own stream as soon as it is given back. So the exporter remembers the
-//! stream each consumer was handed the memory on ([`ConsumerStreams`],
-//! [`export_release_stream`]), and gives the memory back through a release fenced on them
-//! ([`PendingRelease::of_export`]), queued like an import's, never waited for in the deleter.
+//! the memory on its own stream as soon as it is given back. So each exported tensor keeps the
+//! stream its consumer was handed the memory on ([`export_release_stream`]; for the aliases 1
+//! and 2, with the context current then: [`FenceStream::named_now`]), and its deleter records
+//! an event there at once ([`ConsumerFences::record`]): a consumer's stream need only outlive
+//! that consumer's own tensor (a CuPy `Stream` may be destroyed right after its array). The
+//! memory goes back once every holder is released and all those events have completed,
+//! through a release queued like an import's ([`PendingRelease::of_export`]), never waited for
+//! in a deleter.
 //!
 //! A graph capture changes two things. An event cannot be recorded on a stream being captured
 //! (it would be a node of the graph): the record waits until the capture has ended, and the
@@ -123,12 +127,21 @@ impl Drop for StreamKeeper {
     }
 }
 
+/// What a [`PendingRelease`] lets go of when it completes.
+enum Releasing {
+    /// An imported tensor: its producer's deleter runs.
+    Tensor(#[allow(dead_code)] ManagedTensor),
+    /// What keeps an export's memory alive (a Julia array's root, a foreign tensor, the
+    /// producer's ready event): dropped.
+    Owner(#[allow(dead_code)] Box<dyn Send>),
+}
+
 /// A producer's tensor whose deleter is to run once the consumer's work on it is complete.
 /// Dropping it waits for that work on the host, then runs the deleter; [`Self::complete`]
 /// does the same and says what failed.
 pub struct PendingRelease {
     /// `Some` until the deleter has run.
-    managed: Option<ManagedTensor>,
+    managed: Option<Releasing>,
     fence: Option<ReleaseFence>,
     /// A failure while recording the fence, returned by [`Self::complete`].
     error: Option<Error>,
@@ -141,7 +154,7 @@ impl PendingRelease {
     /// A release with nothing to wait for.
     pub fn unordered(managed: ManagedTensor) -> Self {
         Self {
-            managed: Some(managed),
+            managed: Some(Releasing::Tensor(managed)),
             fence: None,
             error: None,
             stream_keepers: Vec::new(),
@@ -195,7 +208,7 @@ impl PendingRelease {
             return Self::unordered(managed);
         };
         let mut release = Self {
-            managed: Some(managed),
+            managed: Some(Releasing::Tensor(managed)),
             fence: Some(fence),
             error,
             stream_keepers,
@@ -236,42 +249,15 @@ impl PendingRelease {
             .is_some_and(ReleaseFence::is_conservative)
     }
 
-    /// The release of an export's memory: `managed` (a managed tensor over the memory
-    /// `descriptor` describes, whose deleter gives it back to its producer: drops a Julia
-    /// array's root, runs a foreign tensor's deleter) is dropped once the work enqueued so far
-    /// on each of `streams` (its consumers', [`export_release_stream`]) has completed. DLPack
-    /// deleters carry no stream, and a consumer (torch) calls its deleter without waiting for
-    /// its own streams, while the producer's allocator (CUDA.jl's pool) reuses the memory on
-    /// its own stream at once: hence an event on each consumer's stream, waited for as an
-    /// import's release waits ([`crate::cuda::fence`]). An alias (1, 2) is the memory device's
-    /// primary context's stream. No stream, or memory no device works on: nothing to wait for.
-    ///
-    /// # Safety
-    /// Each of `streams` must be 1, 2 or a `CUstream` of the memory's device that is still
-    /// live (consumers' streams must outlive the tensors they work on; torch's pooled streams
-    /// do).
-    pub unsafe fn of_export(
-        managed: ManagedTensor,
-        descriptor: &TensorDescriptor,
-        streams: &[usize],
-    ) -> Self {
-        let device = ordering_device(descriptor).filter(|_| !streams.is_empty());
-        let Some(device) = device.filter(|_| !ordering_disabled()) else {
-            return Self::unordered(managed);
-        };
-        let streams = streams
-            .iter()
-            .map(|&handle| FenceStream {
-                handle,
-                alias_context: None,
-            })
-            .collect();
-        // SAFETY: 1, 2 or live streams of the memory's device (contract).
-        let (fence, recorded) = unsafe { ReleaseFence::record(device, streams) };
+    /// The release of an export's memory: `owner` (what keeps it alive: a Julia array's root,
+    /// a foreign tensor whose deleter gives it back) is dropped once every event of `fence`
+    /// has completed: those its consumers' releases recorded ([`ConsumerFences`]). `error`:
+    /// the first failure while recording them, returned by [`Self::complete`].
+    pub fn of_export(owner: Box<dyn Send>, fence: ReleaseFence, error: Option<Error>) -> Self {
         Self {
-            managed: Some(managed),
+            managed: Some(Releasing::Owner(owner)),
             fence: Some(fence),
-            error: recorded.err(),
+            error,
             stream_keepers: Vec::new(),
         }
     }
@@ -358,27 +344,89 @@ pub fn export_release_stream(kind: DeviceKind, request: StreamRequest) -> Option
     }
 }
 
-/// The streams an export's consumers named, each once, kept with what keeps the memory alive
-/// until its release ([`PendingRelease::of_export`]).
-#[derive(Debug, Default)]
-pub struct ConsumerStreams(Mutex<Vec<usize>>);
+/// The fences an export's consumers left: each consumer's release (its tensor's deleter)
+/// records an event, at once, on the stream that consumer was handed the memory on
+/// ([`Self::record`]), and the export's memory goes back only once every holder is released
+/// and all of them have completed ([`crate::export::given_back::give_back_after`]). Recording
+/// at each consumer's own release, not at the last holder's, matters: a consumer's stream need
+/// only live as long as that consumer's tensor, and may be gone by the time the last holder
+/// lets go. Fences found complete are let go as new ones come, so an export consumed many
+/// times holds only the events still running.
+#[derive(Default)]
+pub struct ConsumerFences(Mutex<Recorded>);
 
-impl ConsumerStreams {
+#[derive(Default)]
+struct Recorded {
+    /// Fences not yet known to be complete.
+    fences: Vec<ReleaseFence>,
+    /// How many consumers' releases recorded a fence (or tried to: without a driver nothing
+    /// is recorded, and that is the failure kept).
+    tried: usize,
+    /// The first failure while recording.
+    error: Option<Error>,
+}
+
+impl ConsumerFences {
     pub const fn new() -> Self {
-        Self(Mutex::new(Vec::new()))
+        Self(Mutex::new(Recorded {
+            fences: Vec::new(),
+            tried: 0,
+            error: None,
+        }))
     }
 
-    /// Notes `stream` (a `CUstream` value: 1, 2 or a handle), once.
-    pub fn note(&self, stream: usize) {
-        let mut streams = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if !streams.contains(&stream) {
-            streams.push(stream);
+    /// Records, now, an event on `stream`: the stream one consumer was handed the memory
+    /// `descriptor` describes on, as that consumer releases its tensor. Nothing for memory no
+    /// device works on (host memory, an empty tensor) or with ordering switched off for a
+    /// test. Never waits and runs no Python: any thread (a deleter runs where its consumer
+    /// frees the tensor). An event that cannot be recorded leaves the conservative fallback
+    /// ([`ReleaseFence::record`]) and the failure, which the release reports.
+    ///
+    /// # Safety
+    /// `stream.handle` is 1, 2 or a `CUstream` of the memory's device that is live now (the
+    /// consumer's, whose tensor is being released: DLPack asks it to outlive the tensor).
+    pub unsafe fn record(&self, descriptor: &TensorDescriptor, stream: FenceStream) {
+        let Some(device) = ordering_device(descriptor) else {
+            return;
+        };
+        if ordering_disabled() {
+            return;
+        }
+        // SAFETY: 1, 2 or a live stream of the memory's device (contract).
+        let (fence, recorded) = unsafe { ReleaseFence::record(device, vec![stream]) };
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.tried += 1;
+        if let Err(error) = recorded {
+            state.error.get_or_insert(error);
+        }
+        state.fences.retain_mut(|fence| !fence.is_complete());
+        if fence.orders_anything() {
+            state.fences.push(fence);
         }
     }
 
-    /// The streams noted, in order.
-    pub fn take(&self) -> Vec<usize> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    /// How many consumers' releases have recorded a fence (or tried to) so far.
+    pub fn recorded(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).tried
+    }
+
+    /// What the consumers' releases left, taken: `None` when there is nothing to wait for and
+    /// nothing to report (no consumer recorded a fence, or every fence has completed), else one
+    /// fence over every event still running, with the first failure.
+    pub fn take(&self) -> Option<(ReleaseFence, Option<Error>)> {
+        let recorded = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut fences = recorded.fences.into_iter().filter_map(|mut fence| {
+            // Asked once more: the memory goes back at once when nothing is still running.
+            (!fence.is_complete()).then_some(fence)
+        });
+        let fence = fences.next().map(|mut first| {
+            fences.for_each(|fence| first.absorb(fence));
+            first
+        });
+        match (fence, recorded.error) {
+            (None, None) => None,
+            (fence, error) => Some((fence.unwrap_or_else(ReleaseFence::none), error)),
+        }
     }
 }
 
@@ -572,18 +620,12 @@ mod tests {
         // The exchange API's consumers: the current stream, reported as the legacy one.
         let exchange = crate::export::plan::exchange_api_stream(Cuda);
         assert_eq!(export_release_stream(Cuda, exchange), Some(1));
-        let noted = ConsumerStreams::new();
-        for stream in [1, 0x7f00, 1, 2, 0x7f00] {
-            noted.note(stream);
-        }
-        assert_eq!(noted.take(), [1, 0x7f00, 2], "each stream once, in order");
-        assert_eq!(noted.take(), Vec::<usize>::new());
     }
 
-    /// Holds with and without a driver: host memory, or no consumer stream, releases the
-    /// owner with nothing to wait for.
+    /// Holds with and without a driver: a consumer's release of host memory (or of an empty
+    /// tensor) records nothing, and leaves nothing to wait for.
     #[test]
-    fn an_export_without_consumer_streams_is_released_at_once() {
+    fn a_consumer_of_host_memory_leaves_no_fence() {
         static DATA: [f32; 4] = [0.0; 4];
         let host = descriptor_on(
             Device::CPU,
@@ -592,30 +634,40 @@ mod tests {
             &[1],
             ElementType::Float32,
         );
-        let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
-        for (descriptor, streams) in [(&host, &[0x7f00usize][..]), (&device, &[][..])] {
-            let (owner, count) = CountingOwner::new();
-            let managed = ManagedTensor::Versioned(export_versioned(descriptor, owner, 3).unwrap());
-            // SAFETY: no stream is recorded on (host memory, or none named).
-            let mut release = unsafe { PendingRelease::of_export(managed, descriptor, streams) };
-            assert!(!release.is_ordered() && release.is_ready());
-            assert_eq!(CountingOwner::releases(&count), 0, "held until completed");
-            release.complete().unwrap();
-            assert_eq!(CountingOwner::releases(&count), 1);
+        let empty = descriptor_on(CUDA0, 0x1000, &[0], &[1], ElementType::Float32);
+        for descriptor in [&host, &empty] {
+            let fences = ConsumerFences::new();
+            // SAFETY: nothing is recorded (host memory, nothing to order).
+            unsafe { fences.record(descriptor, FenceStream::named_now(0x7f00)) };
+            assert_eq!(fences.recorded(), 0);
+            assert!(fences.take().is_none(), "nothing to wait for");
         }
     }
 
-    /// Asserts what happens without a driver (CI): device memory with consumer streams is
-    /// ordered (the recording fails for want of a driver, which is the error), and the owner
-    /// is released once, when the release completes.
+    /// Asserts what happens without a driver (CI): each consumer's release of device memory
+    /// tries its fence at once, when it is called (not when the memory goes back), and what
+    /// they left orders the memory's release, which reports the failure.
     #[test]
-    fn without_a_driver_an_export_with_consumer_streams_is_ordered_and_released_once() {
+    fn without_a_driver_each_consumers_release_records_its_fence_when_it_runs() {
         require_no_driver();
         let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
+        let fences = ConsumerFences::new();
+        let before = tried();
+        for (n, stream) in [1usize, 0x7f00, 2].into_iter().enumerate() {
+            // SAFETY: without a driver no handle is dereferenced.
+            unsafe { fences.record(&device, FenceStream::named_now(stream)) };
+            assert_eq!(fences.recorded(), n + 1, "recorded at this release");
+            assert_eq!(
+                tried(),
+                before + n + 1,
+                "one recording per consumer's release"
+            );
+        }
+        let (fence, error) = fences.take().expect("the failure to report");
+        assert!(matches!(error, Some(Error::NoCudaDriver)), "{error:?}");
+        assert_eq!(fences.recorded(), 0, "taken");
         let (owner, count) = CountingOwner::new();
-        let managed = ManagedTensor::Versioned(export_versioned(&device, owner, 3).unwrap());
-        // SAFETY: without a driver no handle is dereferenced.
-        let release = unsafe { PendingRelease::of_export(managed, &device, &[1, 0x7f00]) };
+        let release = PendingRelease::of_export(Box::new(owner), fence, error);
         assert!(release.is_ordered());
         assert_eq!(CountingOwner::releases(&count), 0);
         assert!(matches!(release.complete(), Err(Error::NoCudaDriver)));

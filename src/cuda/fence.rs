@@ -56,6 +56,25 @@ pub struct FenceStream {
     pub alias_context: Option<HeldContext>,
 }
 
+impl FenceStream {
+    /// The stream `handle` as a consumer names it now (`__dlpack__(stream=…)`, a C exchange
+    /// API call): for the aliases 1 and 2, the context current on the calling thread now is
+    /// the one they mean, and is held with them, as an import's consumer stream is
+    /// ([`crate::ImportedTensor::set_consumer_stream`]); a handle names its own context. Without
+    /// a driver, or with no context current, none is held (the memory device's primary context
+    /// then stands in, [`context_choice`]).
+    pub fn named_now(handle: usize) -> Self {
+        let alias_context = match handle {
+            LEGACY_DEFAULT | PER_THREAD_DEFAULT => HeldContext::current().ok().flatten(),
+            _ => None,
+        };
+        Self {
+            handle,
+            alias_context,
+        }
+    }
+}
+
 /// Which context a fence's event on `handle` lives in: the decision, made without the driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContextChoice {
@@ -221,6 +240,17 @@ impl ReleaseFence {
             ),
             Err(error) => (Self::none(), Err(error)),
         }
+    }
+
+    /// Takes over `other`'s events (and its fallback, where this fence has none): one fence that
+    /// waits for both. Events recorded at different times on the same stream are both kept (the
+    /// later completes last; waiting for both costs nothing more).
+    pub fn absorb(&mut self, mut other: ReleaseFence) {
+        self.events.append(&mut other.events);
+        if self.fallback.is_none() {
+            self.fallback = other.fallback.take();
+        }
+        // `other` is empty now: its drop destroys nothing (a second fallback is let go).
     }
 
     /// How many events the fence holds (for tests: one per stream of each context).

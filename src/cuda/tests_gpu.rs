@@ -814,18 +814,17 @@ fn an_exports_release_waits_for_every_consumer_stream_before_the_memory_goes_bac
     let memory = DeviceAllocation::new(&context, 64 * 4);
     let spec = on(CUDA0, memory.0, &[64], &[1]);
     let (owner, count) = CountingOwner::new();
-    let managed = crate::export::export_versioned(&spec, owner, 3).unwrap();
     let gate = closed_gate();
     close(&second, &gate);
-    let streams = [
-        first.cu_stream() as usize,
-        second.cu_stream() as usize,
-        first.cu_stream() as usize,
-    ];
-    // SAFETY: live streams of device 0 that outlive the release.
-    let mut release = unsafe {
-        crate::PendingRelease::of_export(crate::ManagedTensor::Versioned(managed), &spec, &streams)
-    };
+    let fences = crate::release::ConsumerFences::new();
+    for stream in [first.cu_stream(), second.cu_stream(), first.cu_stream()] {
+        let stream = super::fence::FenceStream::named_now(stream as usize);
+        // SAFETY: live streams of device 0, each fenced as its consumer's tensor is released.
+        unsafe { fences.record(&spec, stream) };
+    }
+    assert_eq!(fences.recorded(), 3);
+    let mut release = crate::export::given_back::give_back_after(owner, &fences)
+        .expect("the second consumer's stream is busy: a fenced release");
     assert!(release.is_ordered());
     assert!(
         !release.is_ready(),
@@ -863,10 +862,11 @@ fn a_share_into_a_types_owner_goes_back_after_the_consumers_current_stream() {
     let stream = exchange_api_release_stream(DeviceKind::Cuda, Some(current.cu_stream() as usize))
         .expect("device memory is fenced");
     let (owner, count) = CountingOwner::new();
-    // SAFETY: a live stream of device 0 that outlives the release.
+    let fences = crate::release::ConsumerFences::new();
+    // SAFETY: a live stream of device 0 that outlives the recording.
+    unsafe { fences.record(&spec, super::fence::FenceStream::named_now(stream)) };
     let mut release =
-        unsafe { crate::export::given_back::give_back_after(owner, &spec, &[stream]) }
-            .expect("a fenced release");
+        crate::export::given_back::give_back_after(owner, &fences).expect("a fenced release");
     assert!(
         !release.is_ready(),
         "the consumer's stream is still busy: the root must not go back"
@@ -888,11 +888,108 @@ fn a_share_into_a_types_owner_goes_back_after_the_consumers_current_stream() {
         let legacy = exchange_api_release_stream(DeviceKind::Cuda, reported);
         assert_eq!(legacy, Some(1), "{reported:?}");
         let (owner, count) = CountingOwner::new();
-        // SAFETY: 1: the legacy default stream of device 0's primary context.
-        let release = unsafe { crate::export::given_back::give_back_after(owner, &spec, &[1]) }
-            .expect("a fenced release");
-        assert!(release.is_ordered());
-        release.complete().unwrap();
+        let fences = crate::release::ConsumerFences::new();
+        // SAFETY: 1: the legacy default stream of the context current (device 0's primary).
+        unsafe { fences.record(&spec, super::fence::FenceStream::named_now(1)) };
+        assert_eq!(fences.recorded(), 1);
+        // Nothing runs on the legacy stream: given back at once, or after a short wait.
+        if let Some(release) = crate::export::given_back::give_back_after(owner, &fences) {
+            assert!(release.is_ordered());
+            release.complete().unwrap();
+        }
         assert_eq!(CountingOwner::releases(&count), 1);
+    }
+}
+
+/// Issue 38: a consumer's stream is fenced when that consumer's own tensor is released, so it
+/// may be destroyed right after (a CuPy `Stream` freed after its array) while another consumer
+/// still holds the memory; the memory goes back only once that fence has completed and the
+/// last holder has let go.
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn an_exports_consumer_stream_may_go_once_its_own_tensor_is_released() {
+    use crate::test_support::CountingOwner;
+    let context = device();
+    let memory = DeviceAllocation::new(&context, 64 * 4);
+    let spec = on(CUDA0, memory.0, &[64], &[1]);
+    let fences = crate::release::ConsumerFences::new();
+    // The first consumer's stream, busy until the gate opens, fenced at its release and then
+    // destroyed (its work, the event included, still completes).
+    let first = context.new_stream().unwrap();
+    let gate = closed_gate();
+    close(&first, &gate);
+    // SAFETY: a live stream of device 0, fenced as its consumer's tensor is released.
+    unsafe {
+        fences.record(
+            &spec,
+            super::fence::FenceStream::named_now(first.cu_stream() as usize),
+        )
+    };
+    drop(first);
+    // The second consumer, released later on another stream.
+    let second = context.new_stream().unwrap();
+    // SAFETY: as above.
+    unsafe {
+        fences.record(
+            &spec,
+            super::fence::FenceStream::named_now(second.cu_stream() as usize),
+        )
+    };
+    let (owner, count) = CountingOwner::new();
+    let mut release = crate::export::given_back::give_back_after(owner, &fences)
+        .expect("the first consumer's work still runs: a fenced release");
+    assert!(
+        !release.is_ready(),
+        "the destroyed stream's work has not run yet"
+    );
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
+    release.complete().unwrap();
+    let waited = started.elapsed();
+    opener.join().unwrap();
+    assert_eq!(CountingOwner::releases(&count), 1);
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the memory went back after {waited:?}, before the first consumer's work was done"
+    );
+}
+
+/// Issue 38: an alias (1, 2) a consumer names while a user context is current means that
+/// context's stream: it is held with the stream, and the release's event is recorded there,
+/// not in the primary context.
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn an_alias_named_in_a_user_context_is_fenced_in_that_context() {
+    let _primary = device();
+    let user = UserContextStream::new();
+    // SAFETY: the user context is live until `user` drops, after the fence.
+    let status = unsafe { sys::cuCtxPushCurrent_v2(user.context) };
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+    let named = [1, 2].map(super::fence::FenceStream::named_now);
+    let mut popped: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: pops the context pushed above.
+    let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+    for stream in &named {
+        let held = stream
+            .alias_context
+            .as_ref()
+            .expect("the context current when named");
+        assert_eq!(held.raw(), user.context as usize, "{}", stream.handle);
+    }
+    let memory_spec = on(CUDA0, 0x1000, &[4], &[1]);
+    let fences = crate::release::ConsumerFences::new();
+    for stream in named {
+        // SAFETY: the aliases of a live user context of device 0 (not current now).
+        unsafe { fences.record(&memory_spec, stream) };
+    }
+    let (fence, error) = fences.take().map_or((None, None), |(f, e)| (Some(f), e));
+    assert!(error.is_none(), "recorded in the user context: {error:?}");
+    if let Some(mut fence) = fence {
+        assert!(
+            !fence.is_conservative(),
+            "no fallback to the primary context"
+        );
+        fence.wait().unwrap();
     }
 }

@@ -195,6 +195,12 @@ pub unsafe trait SlotOwner: Sync + 'static {
     /// `owner` is an owner whose reference the caller holds and does not use again, with the
     /// provenance of its allocation.
     unsafe fn release(owner: *const Self);
+    /// Called by the deleter of the export in the slot, before the slot is freed for the next
+    /// claim (which may write over what belongs to the export just released): an owner that
+    /// keeps something of that export's beside the slot (the Python exporter: the stream its
+    /// consumer was handed the memory on) deals with it here. Should it unwind, the slot stays
+    /// taken and the reference is never given back: the owner leaks.
+    fn slot_released(&self) {}
 }
 
 /// A versioned export of `owner`'s memory in its slot, sharing it (IS_COPIED, a claim that the
@@ -297,13 +303,17 @@ unsafe extern "C" fn delete_in_slot<M: ManagedTensorBase, O: SlotOwner>(header: 
     // SAFETY: a non-null header handed to this deleter is one `claim` wrote, whose
     // `manager_ctx` is the owner it took a reference to; DLPack calls the deleter once.
     let owner = unsafe { (*header).manager_ctx() }.cast::<O>().cast_const();
-    // SAFETY: the reference keeps the owner alive until released below.
-    let slot = unsafe { (*owner).slot() };
-    // Release: nothing reads the header after this (the next export may overwrite it).
-    slot.taken.store(false, Ordering::Release);
-    // An owner's drop must not unwind into C; the owner is then leaked.
-    // SAFETY: the reference `claim` took, given back once.
-    let release = std::panic::AssertUnwindSafe(|| unsafe { O::release(owner) });
+    // An owner's hook or drop must not unwind into C; the owner is then leaked.
+    let release = std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the reference keeps the owner alive until released below.
+        let held = unsafe { &*owner };
+        held.slot_released();
+        // Release: nothing reads the header, or what the hook took, after this (the next
+        // export may overwrite them).
+        held.slot().taken.store(false, Ordering::Release);
+        // SAFETY: the reference `claim` took, given back once.
+        unsafe { O::release(owner) };
+    });
     let _ = std::panic::catch_unwind(release);
 }
 

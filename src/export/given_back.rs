@@ -1,60 +1,70 @@
 //! An export's owner (a Julia array's root, a foreign tensor) given back only after the work
 //! its consumers enqueued on the memory: DLPack deleters carry no stream, and a consumer
 //! (torch) calls its deleter without waiting for its own streams, while the producer's
-//! allocator (CUDA.jl's pool) reuses the memory on its own stream at once. The owner goes into
-//! a managed tensor of its own, the shape a release takes, and the release is fenced on the
-//! consumers' streams ([`PendingRelease::of_export`]) for a queue to complete.
+//! allocator (CUDA.jl's pool) reuses the memory on its own stream at once. Each consumer's
+//! release records an event on its stream when it runs ([`ConsumerFences::record`]); the
+//! owner goes into a release that waits for them all ([`PendingRelease::of_export`]), for a
+//! queue to complete.
+//!
+//! Should anything unwind on the way (it is not expected to), the owner is leaked, never
+//! dropped: dropping it would hand the memory back with the consumers' work perhaps still
+//! running on it, a use after free in someone else's allocator; a leak only holds memory.
 
-use crate::descriptor::TensorDescriptor;
-use crate::export::export_versioned;
-use crate::export::plan::ordered_by_streams;
-use crate::managed::ManagedTensor;
-use crate::release::{PendingRelease, ordering_device, ordering_disabled};
+use crate::release::{ConsumerFences, PendingRelease};
+use std::mem::ManuallyDrop;
 
-/// Gives `owner`, which keeps the memory `descriptor` describes alive, back after the work
-/// enqueued so far on each of `streams` (its consumers', as [`PendingRelease::of_export`]).
-/// `None` when nothing is to be waited for (memory no stream orders, no stream named, an empty
-/// tensor, ordering switched off for a test): `owner` has then been dropped here, at once,
-/// with no allocation and no driver call. Otherwise the release to queue, which holds `owner`
-/// until it completes.
-///
-/// # Safety
-/// As [`PendingRelease::of_export`]: each of `streams` is 1, 2 or a `CUstream` of the memory's
-/// device that is live now.
-pub unsafe fn give_back_after<O: Send + 'static>(
+/// Gives `owner`, which keeps an export's memory alive, back after every fence its consumers'
+/// releases left in `fences` (taken here) has completed. `None` when nothing is to be waited
+/// for (no consumer recorded a fence: memory no stream orders, no stream named, an empty
+/// tensor, ordering switched off for a test; or every fence has completed): `owner` has then
+/// been dropped here, at once. Otherwise the release to queue, which holds `owner` until it
+/// completes. If this unwinds, `owner` is leaked (see the module docs).
+pub fn give_back_after<O: Send + 'static>(
     owner: O,
-    descriptor: &TensorDescriptor,
-    streams: &[usize],
+    fences: &ConsumerFences,
 ) -> Option<PendingRelease> {
-    if streams.is_empty()
-        || !ordered_by_streams(descriptor.device().kind)
-        || ordering_device(descriptor).is_none()
-        || ordering_disabled()
-    {
-        drop(owner);
-        return None;
+    // Never dropped while anything below may unwind: leaked instead.
+    let owner = ManuallyDrop::new(owner);
+    #[cfg(test)]
+    tests::panic_here_if_asked();
+    let left = fences.take();
+    let owner = ManuallyDrop::into_inner(owner);
+    match left {
+        None => {
+            drop(owner);
+            None
+        }
+        Some((fence, error)) => Some(PendingRelease::of_export(Box::new(owner), fence, error)),
     }
-    // Restating a valid descriptor cannot fail; were it to, the owner is dropped by
-    // `export_versioned` (given back unordered rather than never).
-    let managed = export_versioned(descriptor, owner, 3).ok()?;
-    // SAFETY: the caller's contract.
-    Some(unsafe {
-        PendingRelease::of_export(ManagedTensor::Versioned(managed), descriptor, streams)
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::fence::FenceStream;
     use crate::device::{Device, DeviceKind};
     use crate::dtype::ElementType;
     use crate::error::Error;
     use crate::test_support::{CountingOwner, descriptor_on, require_no_driver};
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     const CUDA0: Device = Device {
         kind: DeviceKind::Cuda,
         id: 0,
     };
+
+    thread_local! {
+        /// A test seam: makes `give_back_after` panic on this thread, once, where a failure
+        /// while taking the fences would.
+        static PANIC_HERE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn panic_here_if_asked() {
+        if PANIC_HERE.replace(false) {
+            panic!("a forced panic while giving an export's owner back");
+        }
+    }
 
     /// Holds with and without a driver: an owner with nothing to wait for (host memory, no
     /// stream, an empty tensor) is dropped at once, and no release is made.
@@ -75,27 +85,67 @@ mod tests {
             (&device, &[][..]),
             (&empty, &[1][..]),
         ] {
+            let fences = ConsumerFences::new();
+            for &stream in streams {
+                // SAFETY: no stream is recorded on (host memory, nothing to order).
+                unsafe { fences.record(descriptor, FenceStream::named_now(stream)) };
+            }
             let (owner, count) = CountingOwner::new();
-            // SAFETY: no stream is recorded on (host memory, none named, nothing to order).
-            let release = unsafe { give_back_after(owner, descriptor, streams) };
+            let release = give_back_after(owner, &fences);
             assert!(release.is_none());
             assert_eq!(CountingOwner::releases(&count), 1, "dropped at once");
         }
     }
 
-    /// Asserts what happens without a driver (CI): device memory with a consumer stream holds
-    /// its owner in an ordered release until that release completes.
+    /// Asserts what happens without a driver (CI): device memory whose consumer recorded a
+    /// fence holds its owner in an ordered release until that release completes.
     #[test]
     fn without_a_driver_an_export_owner_is_held_by_an_ordered_release() {
         require_no_driver();
         let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
-        let (owner, count) = CountingOwner::new();
+        let fences = ConsumerFences::new();
         // SAFETY: without a driver no handle is dereferenced.
-        let release = unsafe { give_back_after(owner, &device, &[0x7f00]) };
+        unsafe { fences.record(&device, FenceStream::named_now(0x7f00)) };
+        let (owner, count) = CountingOwner::new();
+        let release = give_back_after(owner, &fences);
         let release = release.expect("device memory with a stream is ordered");
         assert!(release.is_ordered());
         assert_eq!(CountingOwner::releases(&count), 0, "held by the release");
         assert!(matches!(release.complete(), Err(Error::NoCudaDriver)));
         assert_eq!(CountingOwner::releases(&count), 1);
+    }
+
+    /// Holds with and without a driver: a panic on the way leaks the owner (the memory stays
+    /// held) rather than dropping it, which would give the memory back unfenced.
+    #[test]
+    fn a_panic_while_giving_back_leaks_the_owner_and_never_frees_it_unfenced() {
+        let device = descriptor_on(CUDA0, 0x1000, &[4], &[1], ElementType::Float32);
+        let fences = ConsumerFences::new();
+        // SAFETY: without a driver no handle is dereferenced; with one, the legacy default
+        // stream of a context of device 0 is live.
+        unsafe { fences.record(&device, FenceStream::named_now(1)) };
+        // Counted in a static: leaking it leaks no allocation (Miri checks for leaks).
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct Owner;
+        impl Drop for Owner {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        PANIC_HERE.set(true);
+        let unwound = std::panic::catch_unwind(|| give_back_after(Owner, &fences));
+        assert!(unwound.is_err(), "the forced panic");
+        assert_eq!(
+            DROPS.load(Ordering::SeqCst),
+            0,
+            "leaked, not given back unfenced"
+        );
+        let given = give_back_after(Owner, &fences);
+        drop(given);
+        assert_eq!(
+            DROPS.load(Ordering::SeqCst),
+            1,
+            "without the panic: given back"
+        );
     }
 }

@@ -4,9 +4,11 @@ being served. (A free-threaded build, the other refusal, is tested in Rust with 
 bridges/python/src/python/interpreter.rs; none is installed here.)
 
 In a child process: once a sub-interpreter exists CPython disables `PyGILState_Check` for the
-rest of the process, so both interpreters call through ctypes.PyDLL, which keeps the GIL held
-(a call without it from a process with sub-interpreters is the limit docs/src/development.md
-describes)."""
+rest of the process (it answers yes on every thread), so both interpreters call through
+ctypes.PyDLL, which keeps the GIL held; then the main interpreter calls once more through
+ctypes.CDLL, which releases it: that thread has no thread state, and the call must take the GIL
+rather than ask the interpreter of a thread state it lacks (a fatal error: the process aborted
+before the bridge asked without one, bridges/python/src/python/interpreter.rs)."""
 
 import ctypes
 import os
@@ -59,6 +61,15 @@ CHILD = textwrap.dedent(
     assert error is None, error
     del exporter
     print("main: still served", flush=True)
+
+    # With the GIL released (ctypes.CDLL): this thread has no thread state, and PyGILState_Check
+    # answers yes all the same now that a sub-interpreter has existed. The call takes the GIL
+    # as any call without it does; asking the interpreter without a thread state would abort.
+    released = Bridge(os.environ["RSDLPACK_PYTHON_LIB"], ctypes.CDLL)
+    (exporter, _), error = share_once(released, 4)
+    assert error is None, error
+    del exporter
+    print("main, GIL released: served", flush=True)
     '''
 )
 
@@ -78,3 +89,4 @@ def test_a_sub_interpreter_is_refused_and_the_first_still_served(bridge):
     assert lines[1].startswith("sub: refused: RsDLPack's Python bridge serves one interpreter per process"), report
     assert "sub-interpreter 1" in lines[1] and "call from the main interpreter" in lines[1], report
     assert lines[2] == "main: still served", report
+    assert lines[3] == "main, GIL released: served", report

@@ -106,6 +106,16 @@ pub enum BridgeError {
     #[error("the Python interpreter is not running")]
     InterpreterNotRunning,
 
+    /// A thread with no Python thread state that `PyGILState_Check` counted as holding the GIL
+    /// (it does on every thread once a sub-interpreter exists): see
+    /// [`crate::python::interpreter`].
+    #[error(
+        "this thread has no Python thread state, though Python's PyGILState_Check answered that \
+         it holds the GIL (CPython answers so on every thread once a sub-interpreter exists); \
+         call with the GIL taken (PyGILState_Ensure, or ctypes.PyDLL rather than ctypes.CDLL)"
+    )]
+    NoThreadState,
+
     /// An interpreter whose build the exporter is not laid out for (see
     /// [`crate::python::interpreter`]).
     #[error(
@@ -329,9 +339,10 @@ impl BridgeError {
             }
             Declined(_) => ErrorCode::Declined,
             Producer { .. } => ErrorCode::Producer,
-            InterpreterNotRunning | UnsupportedInterpreter { .. } | OtherInterpreter { .. } => {
-                ErrorCode::Interpreter
-            }
+            InterpreterNotRunning
+            | NoThreadState
+            | UnsupportedInterpreter { .. }
+            | OtherInterpreter { .. } => ErrorCode::Interpreter,
             Panic { .. } => ErrorCode::Internal,
         }
     }
@@ -437,6 +448,7 @@ mod tests {
         let kept = [
             BridgeError::GilNotHeld { function: "f" },
             BridgeError::InterpreterNotRunning,
+            BridgeError::NoThreadState,
             BridgeError::PlanOption {
                 what: "target",
                 value: 7,

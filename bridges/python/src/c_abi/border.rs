@@ -108,19 +108,24 @@ pub(crate) fn attached<T>(
     attach: Attach,
     body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>,
 ) -> BridgeResult<T> {
-    if release::this_thread_holds_the_gil() {
+    // Without a thread state this thread holds no GIL, whatever `PyGILState_Check` says (it
+    // says yes on every thread once a sub-interpreter exists): it attaches as below.
+    let fast = release::this_thread_holds_the_gil()
+        .then(|| crate::python::interpreter::current(true))
+        .flatten();
+    if let Some(current) = fast {
         // The common case (Julia's PyCall and PythonCall call with the GIL held): no
         // `PyGILState_Ensure`/`Release` pair and no pyo3 bookkeeping on each call from C
         // (BENCHMARKS.md). pyo3 does not count this thread as attached, so a `Py` dropped
         // here would be decref'd only at pyo3's next attach: see `crate::python::attach` for
         // how none is left.
-        // SAFETY: this thread holds the GIL of the running interpreter (just checked; the
-        // check is exact with one interpreter, the only setup pyo3 and the GILState API
-        // support, see `this_thread_holds_the_gil`).
+        // SAFETY: this thread holds the GIL of a running interpreter: `PyGILState_Check` says
+        // so, exactly with one interpreter (the only setup pyo3 and the GILState API support,
+        // see `this_thread_holds_the_gil`), and the thread has a current thread state.
         let py = unsafe { Python::assume_attached() };
         // Before anything that could attach through pyo3: in a sub-interpreter, pyo3's attach
         // (`PyGILState_Ensure`) would wait for the GIL this thread holds.
-        crate::python::interpreter::admit(py)?;
+        crate::python::interpreter::admit(py, Some(current))?;
         let result = body(py);
         if result.is_err() {
             // Error paths drop exceptions (and their tracebacks) wherever they arise.
@@ -138,7 +143,7 @@ pub(crate) fn attached<T>(
         });
     }
     Python::try_attach(|py| {
-        crate::python::interpreter::admit(py)?;
+        crate::python::interpreter::admit(py, crate::python::interpreter::current(true))?;
         body(py)
     })
     .unwrap_or_else(|| Err(BridgeError::InterpreterNotRunning))

@@ -28,6 +28,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use rsdlpack::copy::{AlignedBuffer, materialize};
+use rsdlpack::cuda::fence::FenceStream;
 use rsdlpack::cuda::order::ReadyEvent;
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
@@ -39,13 +40,14 @@ use rsdlpack::export::given_back::give_back_after;
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
-use rsdlpack::release::ConsumerStreams;
+use rsdlpack::release::ConsumerFences;
 use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ops::Deref;
 use std::ptr::NonNull;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// An exporter's one allocation: its Python object (`rsdlpack.DLPackTensor`, whose layout
@@ -70,10 +72,16 @@ pub(crate) struct ExporterObject {
     /// when the exporter was made. Consumers' streams are ordered after it; the producer's
     /// stream itself is not used again (it may be gone by the time a consumer comes).
     /// `None` for other memory, and where no driver exists (ordering then fails as it would).
+    /// A consumer's captured graph may wait for it (an external-event node), so it goes with
+    /// the memory to the memory's release ([`release_memory`]), never before.
     ready: Option<ReadyEvent>,
-    /// The streams consumers were handed the source's device memory on: its release waits for
-    /// their work (see [`release_memory`]).
-    consumers: ConsumerStreams,
+    /// What only memory that streams order (CUDA, managed) needs, the fences its consumers
+    /// leave: `None` for other memory, whose exports pay nothing for it.
+    ordered: Option<Box<Ordered>>,
+    /// The stream the consumer of the capsule in the slot was handed the memory on: written by
+    /// the export that claimed the slot (under the GIL), taken by that capsule's deleter
+    /// before it frees the slot ([`SlotOwner::slot_released`]).
+    slot_consumer: UnsafeCell<Option<FenceStream>>,
     /// The producer's stream, kept alive with the memory, when each export records its own
     /// event there ([`plan::ProducerReady::AtEachExport`]) rather than waiting for `ready`.
     producer: Option<usize>,
@@ -81,8 +89,22 @@ pub(crate) struct ExporterObject {
 
 // SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
 // slot is `Sync` by itself; the descriptor never changes once built; the keeper and the event
-// are `Send` and used only by their drop, which runs once, by the last holder.
+// are `Send` and used only by their drop, which runs once, by the last holder; the fences and
+// the views (in `ordered`) are behind locks; the slot's consumer stream is written only by the
+// export that claimed the slot and taken only by that export's deleter, the slot's flag
+// ordering the two (as it orders the header's writes and reads).
 unsafe impl Sync for ExporterObject {}
+
+/// What an exporter of memory that streams order keeps for its release.
+struct Ordered {
+    /// The fences the consumers' releases left, each recorded as its capsule was released:
+    /// the memory's release waits for them (see [`release_memory`]).
+    fences: ConsumerFences,
+    /// The streams borrowed views (the C exchange API's `dltensor_from_py_object_no_sync`,
+    /// valid while the object lives) were made ready on: fenced when the object's own hold is
+    /// given back ([`ExporterObject::release_object`]).
+    views: Mutex<Vec<FenceStream>>,
+}
 
 /// What keeps a source's memory alive until the exporter and every capsule are gone.
 enum Keeper {
@@ -92,20 +114,23 @@ enum Keeper {
     JuliaArray(#[allow(dead_code)] JuliaRoot),
 }
 
-/// Gives the source's memory back (drops `memory`) once the work its consumers enqueued on it
-/// so far is complete: an event on each stream a consumer was handed the memory on, and the
-/// release queued until they have completed (see [`rsdlpack::PendingRelease::of_export`]).
-/// Never waits and runs no Python (any thread: a capsule's deleter runs where its consumer
-/// frees it); memory no consumer was handed on a stream is given back at once.
-fn release_memory(memory: Keeper, descriptor: &TensorDescriptor, consumers: &ConsumerStreams) {
-    // Host memory (the common case) never noted a stream: no lock taken for it.
-    if !ordered_by_streams(descriptor.device().kind) {
-        return drop(memory);
-    }
-    let streams = consumers.take();
-    // SAFETY: each stream is one a consumer named for this device's memory and works on it
-    // (live until its tensor is released, which is now: see `of_export`).
-    if let Some(release) = unsafe { give_back_after(memory, descriptor, &streams) } {
+/// Gives the source's memory back (drops `memory`, and the producer's `ready` event with it)
+/// once the work its consumers enqueued on it is complete: the fences their releases recorded,
+/// each as its own tensor was released, and the release queued until they have completed
+/// (see [`rsdlpack::export::given_back`]). Never waits and runs no Python (any thread: a
+/// capsule's deleter runs where its consumer frees it); memory whose consumers recorded no
+/// fence (host memory, none handed on a stream) is given back at once.
+fn release_memory(memory: Keeper, ready: Option<ReadyEvent>, ordered: Option<Box<Ordered>>) {
+    // Host memory (the common case) has no fences: no lock taken for it.
+    let Some(ordered) = ordered else {
+        drop(memory);
+        return drop(ready);
+    };
+    if let Some(release) = give_back_after((memory, ready), &ordered.fences) {
+        #[cfg(test)]
+        let Some(release) = model_tests::catch_deferred(release) else {
+            return;
+        };
         crate::python::release::defer(release);
     }
 }
@@ -177,7 +202,13 @@ impl Building {
             (&raw mut (*place).slot).write(HeaderSlot::new());
             (&raw mut (*place)._memory).write(memory);
             (&raw mut (*place).ready).write(ready);
-            (&raw mut (*place).consumers).write(ConsumerStreams::new());
+            (&raw mut (*place).ordered).write(ordered_by_streams(device.kind).then(|| {
+                Box::new(Ordered {
+                    fences: ConsumerFences::new(),
+                    views: Mutex::new(Vec::new()),
+                })
+            }));
+            (&raw mut (*place).slot_consumer).write(UnsafeCell::new(None));
             (&raw mut (*place).producer).write(None);
         }
         let exporter = Exporter(self.0);
@@ -283,16 +314,25 @@ impl Exporter {
     }
 }
 
-/// A hold on an exporter's allocation, for a capsule the slot cannot serve; given back on drop.
-struct Held(NonNull<ExporterObject>);
+/// A hold on an exporter's allocation, for a capsule the slot cannot serve, with the stream its
+/// consumer was handed the memory on; given back on drop, once a fence is recorded there.
+struct Held {
+    exporter: NonNull<ExporterObject>,
+    consumer: Option<FenceStream>,
+}
 
-// SAFETY: the allocation is `Sync` and counts its holders atomically.
+// SAFETY: the allocation is `Sync` and counts its holders atomically; the stream is `Send`.
 unsafe impl Send for Held {}
 
 impl Drop for Held {
     fn drop(&mut self) {
+        if let Some(stream) = self.consumer.take() {
+            // SAFETY: the hold keeps the allocation alive; the stream is this capsule's
+            // consumer's, live while its tensor is (now being released).
+            unsafe { (*self.exporter.as_ptr()).record_consumer(stream) };
+        }
         // SAFETY: this hold, given back once.
-        unsafe { ExporterObject::release(self.0.as_ptr()) };
+        unsafe { ExporterObject::release(self.exporter.as_ptr()) };
     }
 }
 
@@ -312,6 +352,17 @@ unsafe impl SlotOwner for ExporterObject {
     unsafe fn release(owner: *const Self) {
         // SAFETY: forwarded from this function's contract.
         unsafe { Self::release(owner) }
+    }
+    fn slot_released(&self) {
+        // SAFETY: called by the slot's capsule's deleter before it frees the slot: the export
+        // that claimed it wrote the stream before handing the capsule out, and no other claim
+        // writes it until the slot is freed.
+        let consumer = unsafe { (*self.slot_consumer.get()).take() };
+        if let Some(stream) = consumer {
+            // SAFETY: the stream of this capsule's consumer, live while its tensor is (now
+            // being released).
+            unsafe { self.record_consumer(stream) };
+        }
     }
 }
 
@@ -336,16 +387,17 @@ unsafe impl DescribingOwner for CapsuleOwner {
     fn descriptor(&self) -> &TensorDescriptor {
         match self {
             // SAFETY: the hold keeps the allocation alive.
-            Self::Shared(held) => unsafe { &(*held.0.as_ptr()).descriptor },
+            Self::Shared(held) => unsafe { &(*held.exporter.as_ptr()).descriptor },
             Self::Restated(_, descriptor) | Self::Copy(_, descriptor) => descriptor,
             Self::HostCopy(host) => &host.descriptor,
         }
     }
 }
 
-/// What one export hands out the memory of: the source's own, or a private copy.
+/// What one export hands out the memory of: the source's own (with the stream its consumer
+/// was handed it on, a `CUstream` value, for memory streams order), or a private copy.
 enum Carried {
-    Source,
+    Source(Option<usize>),
     Copy(CapsuleOwner),
 }
 
@@ -398,19 +450,54 @@ impl ExporterObject {
         std::sync::atomic::fence(Ordering::Acquire);
         let object = object.cast_mut();
         // SAFETY: the last holder: nothing else reaches the allocation. The fields with drops
-        // are dropped once (the keeper moved out to its release, which may outlive the
-        // allocation; then the consumers' streams and the event); the slot and the descriptor
-        // have none, and the header is Python's memory no longer (its object was deallocated, or
-        // never made). The allocation is `Box`'s (`Building::new`).
+        // are dropped once (the keeper, the ready event and the fences moved out to the
+        // memory's release, which may outlive the allocation); the slot's stream is `None`
+        // (taken by the slot's last capsule, or never written), the slot and the descriptor
+        // have no drop, and the header is Python's memory no longer (its object was
+        // deallocated, or never made). The allocation is `Box`'s (`Building::new`). Should the
+        // release unwind, the allocation, and the memory, are leaked.
         unsafe {
+            debug_assert!((*(*object).slot_consumer.get()).is_none());
             release_memory(
                 std::ptr::read(&raw const (*object)._memory),
-                &(*object).descriptor,
-                &(*object).consumers,
+                std::ptr::read(&raw const (*object).ready),
+                std::ptr::read(&raw const (*object).ordered),
             );
-            std::ptr::drop_in_place(&raw mut (*object).consumers);
-            std::ptr::drop_in_place(&raw mut (*object).ready);
             drop(Box::from_raw(object.cast::<MaybeUninit<Self>>()));
+        }
+    }
+
+    /// Gives back the Python object's own hold (its `tp_dealloc`), once the streams its
+    /// borrowed views were made ready on have their fences: those views are valid while the
+    /// object lives, so their consumers' work on the memory comes before this.
+    ///
+    /// # Safety
+    /// As [`Self::release`], for the object's hold.
+    #[inline]
+    pub(super) unsafe fn release_object(object: *const Self) {
+        // SAFETY: held until the release below (contract).
+        let this = unsafe { &*object };
+        if let Some(ordered) = &this.ordered {
+            let views =
+                std::mem::take(&mut *ordered.views.lock().unwrap_or_else(|p| p.into_inner()));
+            for stream in views {
+                // SAFETY: a stream a view's consumer named, live while the view is (until now).
+                unsafe { ordered.fences.record(&this.descriptor, stream) };
+            }
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { Self::release(object) }
+    }
+
+    /// Records a fence on `stream`, the stream one consumer was handed the memory on, as that
+    /// consumer's capsule (or the object, for views) is released: see [`ConsumerFences`].
+    ///
+    /// # Safety
+    /// `stream` is 1, 2 or a `CUstream` of the memory's device, live now.
+    unsafe fn record_consumer(&self, stream: FenceStream) {
+        if let Some(ordered) = &self.ordered {
+            // SAFETY: contract.
+            unsafe { ordered.fences.record(&self.descriptor, stream) };
         }
     }
 
@@ -430,12 +517,27 @@ impl ExporterObject {
     }
 
     /// Orders the legacy default stream after the stream that wrote a CUDA or managed source
-    /// (an event, no host wait); nothing for other devices.
+    /// (an event, no host wait), for a borrowed view whose consumer works there: the stream is
+    /// fenced when the object goes ([`Self::release_object`]). Nothing for other devices.
     pub(crate) fn ready_on_default_stream(&self) -> BridgeResult<()> {
-        match exchange_api_stream(self.descriptor().device().kind).cuda_handle() {
-            Some(stream) => self.order_before(stream),
-            None => Ok(()),
+        let Some(stream) = exchange_api_stream(self.descriptor().device().kind).cuda_handle()
+        else {
+            return Ok(());
+        };
+        self.order_before(stream)?;
+        let Some(ordered) = &self.ordered else {
+            return Ok(());
+        };
+        let named = FenceStream::named_now(stream);
+        let mut views = ordered.views.lock().unwrap_or_else(|p| p.into_inner());
+        let context = |s: &FenceStream| s.alias_context.as_ref().map(|c| c.raw());
+        if !views
+            .iter()
+            .any(|v| v.handle == named.handle && context(v) == context(&named))
+        {
+            views.push(named);
         }
+        Ok(())
     }
 
     /// Makes `consumer` (1, 2 or a live `CUstream` of the source's device) wait for the
@@ -453,7 +555,6 @@ impl ExporterObject {
             py.detach(|| unsafe {
                 rsdlpack::cuda::order::order_streams(device, producer, consumer)
             })?;
-            self.consumers.note(consumer);
             return Ok(());
         }
         match &self.ready {
@@ -461,7 +562,6 @@ impl ExporterObject {
                 // SAFETY: `consumer` is the stream the DLPack consumer will use, which the
                 // protocol requires to be live on this device (or the legacy default stream).
                 unsafe { ready.order_before(consumer) }?;
-                self.consumers.note(consumer);
                 Ok(())
             }
             // Recorded for all memory streams order, except without a driver: that's the answer.
@@ -470,7 +570,8 @@ impl ExporterObject {
     }
 
     /// The memory of one export, as [`plan_export`] decided: the source itself (its consumer's
-    /// stream ordered after the producer's, for CUDA memory), or a host copy.
+    /// stream ordered after the producer's, for CUDA memory, and kept for the capsule's release
+    /// to fence: the stream named now, an alias with the context current now), or a host copy.
     fn carry_out(&self, memory: Memory) -> BridgeResult<Carried> {
         let descriptor = self.descriptor();
         match memory {
@@ -478,7 +579,7 @@ impl ExporterObject {
                 if let Some(consumer) = consumer_stream {
                     self.order_before(consumer)?;
                 }
-                Ok(Carried::Source)
+                Ok(Carried::Source(consumer_stream))
             }
             Memory::HostCopy => {
                 // SAFETY: every caller holds the GIL (a Python method or a function of the C
@@ -605,13 +706,33 @@ impl<'a> ExporterRef<'a> {
         memory: Memory,
         minor: u32,
     ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
-        let owner = match self.carry_out(memory)? {
-            // SAFETY: the allocation's pointer, held by the caller for the call (see `new`); the
-            // GIL serialises the exports of an exporter (see above).
-            Carried::Source => match unsafe { export_versioned_in_slot(self.0, minor) }? {
-                Some(tensor) => return Ok(tensor),
-                None => self.shared(),
-            },
+        self.hand_out_versioned(self.carry_out(memory)?, minor)
+    }
+
+    /// [`Self::versioned`] past carrying the plan out.
+    #[inline]
+    fn hand_out_versioned(
+        self,
+        carried: Carried,
+        minor: u32,
+    ) -> BridgeResult<Managed<DLManagedTensorVersioned>> {
+        let owner = match carried {
+            Carried::Source(consumer) => {
+                // Named now, in this export's call: an alias means the context current now.
+                let consumer = consumer.map(FenceStream::named_now);
+                // SAFETY: the allocation's pointer, held by the caller for the call (see
+                // `new`); the GIL serialises the exports of an exporter (see above).
+                match unsafe { export_versioned_in_slot(self.0, minor) }? {
+                    Some(tensor) => {
+                        // SAFETY: the slot was just claimed by this export, whose capsule is not
+                        // handed out yet: nothing else reads or writes its stream, which is
+                        // `None` (taken by the previous capsule's deleter: nothing to drop).
+                        unsafe { self.slot_consumer.get().write(consumer) };
+                        return Ok(tensor);
+                    }
+                    None => self.shared(consumer),
+                }
+            }
             Carried::Copy(owner) => owner,
         };
         Ok(export_versioned_described(owner, minor)?)
@@ -619,24 +740,41 @@ impl<'a> ExporterRef<'a> {
 
     /// [`Self::versioned`] in the legacy ABI.
     fn legacy(self, memory: Memory) -> BridgeResult<Managed<DLManagedTensor>> {
-        let owner = match self.carry_out(memory)? {
-            // SAFETY: as in `versioned`.
-            Carried::Source => match unsafe { export_legacy_in_slot(self.0) }? {
-                Some(tensor) => return Ok(tensor),
-                None => self.shared(),
-            },
+        self.hand_out_legacy(self.carry_out(memory)?)
+    }
+
+    /// [`Self::legacy`] past carrying the plan out.
+    #[inline]
+    fn hand_out_legacy(self, carried: Carried) -> BridgeResult<Managed<DLManagedTensor>> {
+        let owner = match carried {
+            Carried::Source(consumer) => {
+                // As in `hand_out_versioned`.
+                let consumer = consumer.map(FenceStream::named_now);
+                // SAFETY: as in `hand_out_versioned`.
+                match unsafe { export_legacy_in_slot(self.0) }? {
+                    Some(tensor) => {
+                        // SAFETY: as in `hand_out_versioned`.
+                        unsafe { self.slot_consumer.get().write(consumer) };
+                        return Ok(tensor);
+                    }
+                    None => self.shared(consumer),
+                }
+            }
             Carried::Copy(owner) => owner,
         };
         Ok(export_legacy_described(owner)?)
     }
 
-    /// An owner over the source itself, for a capsule the slot cannot hold. Several capsules
-    /// share the memory, so none may claim IS_COPIED (a private copy), whatever the source
-    /// said.
-    fn shared(self) -> CapsuleOwner {
+    /// An owner over the source itself, for a capsule the slot cannot hold, whose consumer
+    /// was handed the memory on `consumer`. Several capsules share the memory, so none may
+    /// claim IS_COPIED (a private copy), whatever the source said.
+    fn shared(self, consumer: Option<FenceStream>) -> CapsuleOwner {
         // SAFETY: live and held by the caller for `'a` (see `new`), the allocation's pointer.
         unsafe { ExporterObject::retain(self.0.as_ptr()) };
-        let held = Held(self.0);
+        let held = Held {
+            exporter: self.0,
+            consumer,
+        };
         // The source's own unless the flag must change.
         if self.descriptor().is_copied() {
             let restated = Box::new(self.descriptor().with_is_copied(false));
@@ -698,6 +836,106 @@ mod model_tests {
     const SHARED: Memory = Memory::Shared {
         consumer_stream: None,
     };
+
+    thread_local! {
+        /// Where this thread's exporters queue their memory's release while a test catches
+        /// them (`Some`), rather than the process-wide queue, which needs Python to drain.
+        static CAUGHT: std::cell::RefCell<Option<Vec<rsdlpack::PendingRelease>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// The release, unless this thread's test catches it.
+    pub(super) fn catch_deferred(
+        release: rsdlpack::PendingRelease,
+    ) -> Option<rsdlpack::PendingRelease> {
+        CAUGHT.with_borrow_mut(|caught| match caught {
+            Some(caught) => {
+                caught.push(release);
+                None
+            }
+            None => Some(release),
+        })
+    }
+
+    /// An exporter over 16 floats of device memory (never dereferenced: without a driver
+    /// nothing is recorded), rooted by `id`.
+    fn device_exporter(id: u64) -> Exporter {
+        Exporter::of_julia_array(JuliaRoot(id), None, |d| {
+            Ok(d.julia_layout_into(
+                0x1000,
+                Device {
+                    kind: rsdlpack::DeviceKind::Cuda,
+                    id: 0,
+                },
+                ElementType::Float32,
+                &[16],
+                &[1],
+                IndexOrder::Producer,
+            )?)
+        })
+        .expect("a valid layout")
+    }
+
+    /// Issue 38: each consumer's stream is fenced when its own capsule is released (in the slot
+    /// or not, on whichever thread), the borrowed views' when the object goes, and the memory
+    /// comes back only through the release its last holder queues, once that completes. Runs
+    /// without a driver (and under Miri): every fence is tried and fails for want of one.
+    #[test]
+    fn model_without_a_driver_each_capsule_fences_its_consumer_when_it_is_released() {
+        let here = rsdlpack::cuda::driver();
+        assert!(
+            matches!(here, Err(rsdlpack::Error::NoCudaDriver)),
+            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
+             skips without_a_driver_* tests where a driver exists"
+        );
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = device_exporter(41);
+        let at = receiver(&exporter);
+        let on = |handle| Carried::Source(Some(handle));
+        let in_slot = at.hand_out_versioned(on(0x7f00), 3).unwrap();
+        assert!(at.slot().is_taken());
+        let held = at.hand_out_versioned(on(0x8f00), 3).unwrap();
+        let unfenced = at.hand_out_legacy(Carried::Source(None)).unwrap();
+        let fences = |at: ExporterRef<'_>| at.ordered.as_ref().unwrap().fences.recorded();
+        let ordered = at.ordered.as_ref().expect("device memory");
+        ordered
+            .views
+            .lock()
+            .unwrap()
+            .push(FenceStream::named_now(1));
+        assert_eq!(fences(at), 0, "nothing before a release");
+
+        std::thread::spawn(move || drop(in_slot)).join().unwrap();
+        assert_eq!(fences(at), 1, "the slot's consumer, at its release");
+        std::thread::spawn(move || drop(held)).join().unwrap();
+        assert_eq!(fences(at), 2, "the other capsule's, at its release");
+
+        // The object's own hold (its tp_dealloc): the views' stream.
+        let object = exporter.0;
+        std::mem::forget(exporter);
+        // SAFETY: the hold `exporter` had, given back once; `unfenced` keeps it alive.
+        unsafe { ExporterObject::release_object(object.as_ptr()) };
+        // SAFETY: held by `unfenced`.
+        let still = unsafe { ExporterRef::new(object) };
+        assert_eq!(fences(still), 3, "the views, as the object goes");
+        assert_eq!(taken(), [] as [u64; 0], "a capsule still holds the root");
+
+        CAUGHT.set(Some(Vec::new()));
+        drop(unfenced);
+        let caught = CAUGHT.take().unwrap();
+        assert_eq!(caught.len(), 1, "the last holder queued one release");
+        assert_eq!(taken(), [] as [u64; 0], "not before that release completes");
+        for release in caught {
+            assert!(release.is_ordered());
+            let outcome = release.complete();
+            assert!(
+                matches!(outcome, Err(rsdlpack::Error::NoCudaDriver)),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(taken(), [41], "given back once the fences are done");
+    }
 
     #[test]
     fn model_slot_then_own_allocation_released_on_threads_frees_once() {

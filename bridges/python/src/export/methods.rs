@@ -174,7 +174,7 @@ unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
     // A drop must not unwind into Python; the allocation is then leaked.
     // SAFETY: as above: the object's hold, given back once; the object is not used again.
     let release =
-        std::panic::AssertUnwindSafe(|| unsafe { ExporterObject::release(object.cast()) });
+        std::panic::AssertUnwindSafe(|| unsafe { ExporterObject::release_object(object.cast()) });
     let _ = std::panic::catch_unwind(release);
     // SAFETY: the reference every object of a heap type holds on its type.
     unsafe { ffi::Py_DECREF(ty.cast()) };

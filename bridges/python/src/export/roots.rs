@@ -11,7 +11,9 @@
 //! next) never touches the lock. Ids released while the slot is full, and the slot's own
 //! sentinel id, go to the queue under its lock.
 
+use rsdlpack::cuda::fence::FenceStream;
 use rsdlpack::export::given_back::give_back_after;
+use rsdlpack::release::ConsumerFences;
 use rsdlpack::{PendingRelease, TensorDescriptor};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,11 +49,13 @@ pub struct NotedRoot {
 }
 
 /// What a [`NotedRoot`] of device memory orders its release after: the consumer's `stream` (a
-/// `CUstream` value, [`rsdlpack::export::plan::exchange_api_release_stream`]), recorded on for the
-/// memory `descriptor` describes.
+/// `CUstream` value, [`rsdlpack::export::plan::exchange_api_release_stream`], an alias with the
+/// context current at the share: [`FenceStream::named_now`]), recorded on for the memory
+/// `descriptor` describes when the root is released, as an exporter's capsule records its
+/// consumer's.
 pub struct ConsumerFence {
     pub descriptor: TensorDescriptor,
-    pub stream: usize,
+    pub stream: FenceStream,
 }
 
 impl NotedRoot {
@@ -85,9 +89,12 @@ impl NotedRoot {
             drop(root);
             return None;
         };
+        let ConsumerFence { descriptor, stream } = *fence;
+        let fences = ConsumerFences::new();
         // SAFETY: the stream is live until now (`new`'s contract), and the event recorded on
         // it here orders the root's return after the work enqueued there so far.
-        unsafe { give_back_after(root, &fence.descriptor, &[fence.stream]) }
+        unsafe { fences.record(&descriptor, stream) };
+        give_back_after(root, &fences)
     }
 }
 
@@ -209,7 +216,7 @@ mod tests {
         let fence = |kind| {
             Some(Box::new(ConsumerFence {
                 descriptor: on(kind),
-                stream: 0x7f00,
+                stream: FenceStream::named_now(0x7f00),
             }))
         };
 

@@ -27,6 +27,7 @@ use crate::python::names;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use rsdlpack::TensorDescriptor;
+use rsdlpack::cuda::fence::FenceStream;
 use rsdlpack::export::plan::{exchange_api_release_stream, ordered_by_streams};
 use std::sync::atomic::Ordering;
 
@@ -50,10 +51,11 @@ pub fn share_into<'py>(
             type_name: type_name(ty),
         });
     }
+    // The consumer's stream, named now: an alias means the context current at the share.
     let fence = order_for_consumer(ty, api, descriptor, stream)?.map(|stream| {
         Box::new(ConsumerFence {
             descriptor: *descriptor,
-            stream,
+            stream: FenceStream::named_now(stream),
         })
     });
     let (_, minor) = api.version();

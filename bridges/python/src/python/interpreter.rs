@@ -14,11 +14,21 @@
 //! The build is checked once, at the first attach ([`InterpreterFacts`], read with plain C API
 //! calls that touch no object's layout, then judged by [`layout_refusal`], a pure function the
 //! tests feed with a free-threaded build's facts); every later attach compares the current
-//! interpreter with the first one, one call and one load.
+//! interpreter with the first one.
+//!
+//! The current interpreter is read through the thread's thread state, asked for without a
+//! fatal error ([`current`]): `PyInterpreterState_Get` aborts the process on a thread that
+//! has none, and an entry point can get there. `PyGILState_Check`, which decides whether a call
+//! takes the GIL, answers yes on every thread once a sub-interpreter exists (CPython disables
+//! the check for the rest of the process), so a C caller that released the GIL (ctypes' `CDLL`,
+//! a thread Python never saw) would reach the interpreter check with no thread state. Such a
+//! call now takes the GIL as any call without it does (`c_abi::border::attached`), and the
+//! check itself refuses rather than aborts ([`BridgeError::NoThreadState`]).
 
 use crate::error::{BridgeError, BridgeResult};
 use pyo3::{Python, ffi};
-use std::ffi::CStr;
+use std::ffi::{CStr, c_void};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The interpreter the bridge serves: the first that attached with a layout it can serve.
@@ -64,12 +74,65 @@ pub(crate) fn layout_refusal(facts: &InterpreterFacts) -> Option<BridgeError> {
     })
 }
 
+/// `PyThreadState_GetUnchecked` (3.13 and later) or `_PyThreadState_UncheckedGet` (3.5 to
+/// 3.12): the calling thread's current thread state, or null, never a fatal error. No one name
+/// exists in every CPython the abi3 build serves: 3.13 added the first and made the second an
+/// inline alias of it (no symbol), and the limited API has neither (pyo3-ffi 0.30 declares the
+/// first for `Py_3_13`, the second before, both outside `Py_LIMITED_API`). So the function is
+/// looked up in the process once (`dlsym`, where the library's other Python symbols resolve).
+type UncheckedGet = unsafe extern "C" fn() -> *mut ffi::PyThreadState;
+
+/// The names [`UncheckedGet`] is looked up by, newest first.
+const UNCHECKED_GET_NAMES: [&CStr; 2] = [
+    c"PyThreadState_GetUnchecked",
+    c"_PyThreadState_UncheckedGet",
+];
+
+/// [`UncheckedGet`], looked up once (`None`: neither name is in the process).
+fn unchecked_get() -> Option<UncheckedGet> {
+    static FOUND: OnceLock<Option<UncheckedGet>> = OnceLock::new();
+    *FOUND.get_or_init(|| {
+        UNCHECKED_GET_NAMES.iter().find_map(|name| {
+            // SAFETY: a NUL-terminated name, looked up in the process's global scope.
+            let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+            // SAFETY: CPython's function of that name has this signature (both names).
+            (!symbol.is_null())
+                .then(|| unsafe { std::mem::transmute::<*mut c_void, UncheckedGet>(symbol) })
+        })
+    })
+}
+
+/// The interpreter of the calling thread's current thread state, or `None` when the thread has
+/// none (it is not attached to any interpreter: calling Python there would abort). Callable on
+/// any thread once the interpreter is initialised. Where neither lookup name exists (a CPython
+/// this bridge does not know), `PyInterpreterState_Get`, which aborts without a thread state,
+/// is the fallback: only for a caller that holds the GIL (`holds_the_gil`).
+pub(crate) fn current(holds_the_gil: bool) -> Option<*mut ffi::PyInterpreterState> {
+    match unchecked_get() {
+        Some(get) => {
+            // SAFETY: reads the thread's current thread state, null when none (no fatal error).
+            let state = unsafe { get() };
+            // SAFETY: a live thread state (this thread's own); its interpreter outlives it.
+            (!state.is_null()).then(|| unsafe { ffi::PyThreadState_GetInterpreter(state) })
+        }
+        // SAFETY: the caller holds the GIL, so this thread has a current thread state.
+        None if holds_the_gil => Some(unsafe { ffi::PyInterpreterState_Get() }),
+        None => None,
+    }
+}
+
 /// Refuses the attached interpreter unless it is the one the bridge serves (the first one, its
-/// build checked then). Every entry point calls it once it holds the GIL.
+/// build checked then). Every entry point calls it once it holds the GIL; `current` is
+/// [`current`]'s answer, and a thread with no thread state is refused
+/// ([`BridgeError::NoThreadState`]), never aborted.
 #[inline]
-pub(crate) fn admit(py: Python<'_>) -> BridgeResult<()> {
-    // SAFETY: the GIL is held (`py`), so this thread has a current thread state.
-    let current = unsafe { ffi::PyInterpreterState_Get() };
+pub(crate) fn admit(
+    py: Python<'_>,
+    current: Option<*mut ffi::PyInterpreterState>,
+) -> BridgeResult<()> {
+    let Some(current) = current else {
+        return Err(BridgeError::NoThreadState);
+    };
     if current == SERVED.load(Ordering::Acquire) {
         return Ok(());
     }
@@ -290,12 +353,38 @@ mod tests {
                 .unwrap();
             assert_eq!(facts.version, version);
             assert!(layout_refusal(&facts).is_none());
-            assert!(admit(py).is_ok());
+            let here = current(true);
+            assert!(here.is_some(), "an attached thread has a thread state");
+            assert!(admit(py, here).is_ok());
             // SAFETY: attached.
             assert_eq!(SERVED.load(Ordering::Acquire), unsafe {
                 ffi::PyInterpreterState_Get()
             });
         });
+    }
+
+    /// Holds on every CPython the bridge serves: the thread-state lookup finds one of its two
+    /// names, answers this (attached) thread's interpreter, and none for a thread Python never
+    /// saw, which the interpreter check refuses, naming what to do, instead of aborting.
+    #[test]
+    fn a_thread_without_a_thread_state_is_refused_not_aborted() {
+        assert!(
+            unchecked_get().is_some(),
+            "neither {UNCHECKED_GET_NAMES:?} is in the process"
+        );
+        let attached = Python::attach(|_| current(true));
+        // SAFETY: attached, so this thread has a current thread state.
+        let expected = Python::attach(|_| unsafe { ffi::PyInterpreterState_Get() });
+        assert_eq!(attached, Some(expected));
+        let elsewhere = std::thread::spawn(|| current(false).map(|p| p as usize))
+            .join()
+            .unwrap();
+        assert_eq!(elsewhere, None, "a new thread has no thread state");
+        let refusal = Python::attach(|py| admit(py, None)).unwrap_err();
+        assert!(matches!(refusal, BridgeError::NoThreadState));
+        assert_eq!(refusal.code(), ErrorCode::Interpreter);
+        let message = refusal.to_string();
+        assert!(message.contains("no Python thread state"), "{message}");
     }
 
     #[test]

@@ -80,7 +80,14 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
         return Ok(());
     }
     if !tensor.is_ready() {
-        // SAFETY: this thread holds the GIL (just checked; see `this_thread_holds_the_gil`).
+        // Releasing the GIL needs a thread state, which `PyGILState_Check` does not prove once
+        // a sub-interpreter exists (`PyEval_SaveThread` without one is a fatal error): queued.
+        if super::interpreter::current(true).is_none() {
+            defer(tensor);
+            return Ok(());
+        }
+        // SAFETY: this thread holds the GIL (just checked; see `this_thread_holds_the_gil`)
+        // and has a thread state.
         let py = unsafe { pyo3::Python::assume_attached() };
         py.detach(|| tensor.wait());
         if !tensor.is_waited() {
