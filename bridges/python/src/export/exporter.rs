@@ -135,7 +135,17 @@ fn release_memory(memory: Keeper, ready: Option<ReadyEvent>, ordered: Option<Box
         drop(memory);
         return drop(ready);
     };
-    match give_back_after((memory, ready), &ordered.fences) {
+    release_ordered(memory, ready, &ordered.fences);
+}
+
+/// [`release_memory`] for memory that streams order (out of line: host memory's release stays
+/// short).
+#[inline(never)]
+fn release_ordered(memory: Keeper, ready: Option<ReadyEvent>, fences: &ConsumerFences) {
+    // An unconsumed capsule's answer no stream asked for (its capsule named none) is cleared
+    // before the keeper's drop, which may release other capsules' tensors.
+    releasing_unconsumed();
+    match give_back_after((memory, ready), fences) {
         GiveBack::Now((memory, ready)) => {
             if drops_here(&memory, crate::python::release::this_thread_holds_the_gil) {
                 drop(memory);
@@ -358,17 +368,15 @@ unsafe impl Send for Held {}
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let consumer = self.consumer.take();
-        // SAFETY: the hold keeps the allocation alive until it is given back below.
-        let exporter = unsafe { &*self.exporter.as_ptr() };
-        // Asked first, before anything this drop runs could ask in turn (see the question).
-        if exporter.ordered.is_some()
+        // Unconsumed: asked before anything this drop runs could ask in turn; where no stream
+        // asks, the memory's release clears the answer (`release_ordered`).
+        if let Some(stream) = self.consumer.take()
             && !releasing_unconsumed()
-            && let Some(stream) = consumer
         {
-            // SAFETY: the stream is this capsule's consumer's, live while its tensor is (now
-            // being released).
-            unsafe { exporter.record_consumer(stream) };
+            // SAFETY: the hold keeps the allocation alive until it is given back below; the
+            // stream is this capsule's consumer's, live while its tensor is (now being
+            // released).
+            unsafe { (*self.exporter.as_ptr()).record_consumer(stream) };
         }
         // SAFETY: this hold, given back once, after the fence: the record reads the
         // allocation, which the last hold frees.
@@ -398,10 +406,9 @@ unsafe impl SlotOwner for ExporterObject {
         // that claimed it wrote the stream before handing the capsule out, and no other claim
         // writes it until the slot is freed.
         let consumer = unsafe { (*self.slot_consumer.get()).take() };
-        // Asked first, before anything this release runs could ask in turn (see the question).
-        if self.ordered.is_some()
+        // As in `Held::drop`.
+        if let Some(stream) = consumer
             && !releasing_unconsumed()
-            && let Some(stream) = consumer
         {
             // SAFETY: the stream of this capsule's consumer, live while its tensor is (now
             // being released).

@@ -29,16 +29,19 @@ thread_local! {
     static UNCONSUMED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the tensor whose deleter asks is being released by its capsule's destructor, unconsumed
-/// (so no consumer's stream is to be fenced). Asked once per release, first thing, by the
-/// deleter of a tensor of memory streams order: the answer is taken, so that a deleter run
-/// further down the same drop (a producer's, releasing other tensors) reads no.
+/// Whether the tensor whose deleter asks is being released by its capsule's destructor,
+/// unconsumed (so no consumer's stream is to be fenced). Asked by the deleter of a tensor of
+/// memory streams order that has a stream to fence, before it runs anything else, or by the
+/// memory's release where none asked: the answer is taken, so that a deleter run further down
+/// the same drop (a producer's, releasing other tensors) reads no.
 pub(crate) fn releasing_unconsumed() -> bool {
     UNCONSUMED.replace(false)
 }
 
 /// Drops `tensor`, the tensor of a capsule nobody consumed, telling its deleter so when its
-/// memory is ordered by streams (see [`releasing_unconsumed`]).
+/// memory is ordered by streams (see [`releasing_unconsumed`]). Out of line: a consumed
+/// capsule's destructor, the common case, stays short.
+#[inline(never)]
 pub(crate) fn drop_unconsumed<M: ManagedTensorBase>(tensor: Managed<M>) {
     // SAFETY: a live tensor we own.
     let device = DeviceKind::of(unsafe { tensor.tensor() }.device.device_type);
