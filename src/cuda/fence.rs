@@ -238,8 +238,8 @@ pub struct ReleaseFence {
     events: Vec<FenceEvent>,
     /// The contexts to synchronise instead, where an event could not be recorded (each once).
     fallback: Vec<HeldContext>,
-    /// A deferred record that failed (its context joined the fallback): reported by
-    /// [`Self::wait`].
+    /// A deferred record that failed (its context joined the fallback): reported by the
+    /// [`Self::wait`] that settles the fence.
     failure: Option<Error>,
 }
 
@@ -469,9 +469,6 @@ impl ReleaseFence {
         if !self.can_wait() {
             outcome = Err(Error::ReleaseDuringCapture);
         }
-        if let Some(failure) = self.failure.take() {
-            outcome = Err::<(), _>(failure).and(outcome);
-        }
         for event in &self.events {
             if event.awaiting_capture.is_some() {
                 continue;
@@ -507,6 +504,9 @@ impl ReleaseFence {
         }
         self.fallback = left;
         if self.is_settled() {
+            // A failed deferred record came first; kept until then (an unsettled wait's outcome
+            // is not reported: the release stays pending and waits again).
+            let outcome = self.failure.take().map_or(outcome, Err);
             outcome.and(self.destroy())
         } else {
             outcome
