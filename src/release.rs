@@ -248,8 +248,9 @@ impl PendingRelease {
         can
     }
 
-    /// Whether the release waits by synchronising its device's context (the fallback where no
-    /// event could be recorded): never complete by itself, so a queue must wait for it.
+    /// Whether the release waits by synchronising a context (the fallback where no event could
+    /// be recorded: the memory device's, or a capturing stream's own): never complete by
+    /// itself, so a queue must wait for it.
     pub fn is_conservative(&self) -> bool {
         self.fence
             .as_ref()
