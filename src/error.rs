@@ -361,7 +361,8 @@ pub enum Error {
     #[error(
         "the stream a CUDA tensor was used on is being captured into a graph, so its release \
          cannot wait for that work yet; release it after the capture has ended \
-         (queued releases wait by themselves)"
+         (queued releases wait by themselves; an export's memory whose consumer released it \
+         during a capture waits for `flush_releases` after the capture)"
     )]
     ReleaseDuringCapture,
 

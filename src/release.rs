@@ -44,16 +44,23 @@
 //! stream its consumer was handed the memory on ([`export_release_stream`]; for the aliases 1
 //! and 2, with the context current then: [`FenceStream::named_now`]), and its deleter records
 //! an event there at once ([`ConsumerFences::record`]): a consumer's stream need only outlive
-//! that consumer's own tensor (a CuPy `Stream` may be destroyed right after its array). The
-//! memory goes back once every holder is released and all those events have completed,
-//! through a release queued like an import's ([`PendingRelease::of_export`]), never waited for
-//! in a deleter.
+//! that consumer's own tensor (a CuPy `Stream` may be destroyed right after its array), and
+//! no handle is kept past that record (see the capture below). The memory goes back once
+//! every holder is released and all those events have completed, through a release queued
+//! like an import's ([`PendingRelease::of_export`]), never waited for in a deleter; where no
+//! event is still running, the caller decides whether its thread may drop the owner
+//! ([`crate::export::given_back::GiveBack`]).
 //!
 //! A graph capture changes two things. An event cannot be recorded on a stream being captured
-//! (it would be a node of the graph): the record waits until the capture has ended, and the
-//! release stays queued meanwhile. And the conservative fallback (synchronising a context)
-//! would break a capture on any stream of that context: it is left to the explicit flush, and
-//! a synchronisation a capture refuses leaves the release pending ([`PendingRelease::wait`]).
+//! (it would be a node of the graph). An import's release waits until the capture has ended
+//! to record it, and stays queued meanwhile: its stream keepers keep the stream alive until
+//! then. An export's consumer keeps nothing alive past its own tensor (its stream may be
+//! destroyed once the capture ends), so its release records nothing on a capturing stream and
+//! takes the conservative fallback instead: the stream's context synchronised by the explicit
+//! flush, and the failure reported ([`Error::ReleaseDuringCapture`]). And the conservative
+//! fallback (synchronising a context) would break a capture on any stream of that context: it
+//! is left to the explicit flush, and a synchronisation a capture refuses leaves the release
+//! pending ([`PendingRelease::wait`]).
 //!
 //! For the GPU check only: in a build with the `unordered-releases-for-tests` feature
 //! (scripts/gpu_check.sh's; never a shipped one), `RSDLPACK_TEST_UNORDERED_RELEASES=1` in the
@@ -241,8 +248,9 @@ impl PendingRelease {
         can
     }
 
-    /// Whether the release waits by synchronising its device's context (the fallback where no
-    /// event could be recorded): never complete by itself, so a queue must wait for it.
+    /// Whether the release waits by synchronising a context (the fallback where no event could
+    /// be recorded: the memory device's, or a capturing stream's own): never complete by
+    /// itself, so a queue must wait for it.
     pub fn is_conservative(&self) -> bool {
         self.fence
             .as_ref()
@@ -258,6 +266,18 @@ impl PendingRelease {
             managed: Some(Releasing::Owner(owner)),
             fence: Some(fence),
             error,
+            stream_keepers: Vec::new(),
+        }
+    }
+
+    /// The release of an export's memory with nothing to wait for: `owner` is dropped when the
+    /// release completes, for a caller that may not drop it on its own thread (a foreign
+    /// producer's deleter that needs the GIL), and queues it instead.
+    pub fn unordered_owner(owner: Box<dyn Send>) -> Self {
+        Self {
+            managed: Some(Releasing::Owner(owner)),
+            fence: None,
+            error: None,
             stream_keepers: Vec::new(),
         }
     }
@@ -359,9 +379,6 @@ pub struct ConsumerFences(Mutex<Recorded>);
 struct Recorded {
     /// Fences not yet known to be complete.
     fences: Vec<ReleaseFence>,
-    /// How many consumers' releases recorded a fence (or tried to: without a driver nothing
-    /// is recorded, and that is the failure kept).
-    tried: usize,
     /// The first failure while recording.
     error: Option<Error>,
 }
@@ -370,7 +387,6 @@ impl ConsumerFences {
     pub const fn new() -> Self {
         Self(Mutex::new(Recorded {
             fences: Vec::new(),
-            tried: 0,
             error: None,
         }))
     }
@@ -379,12 +395,17 @@ impl ConsumerFences {
     /// `descriptor` describes on, as that consumer releases its tensor. Nothing for memory no
     /// device works on (host memory, an empty tensor) or with ordering switched off for a
     /// test. Never waits and runs no Python: any thread (a deleter runs where its consumer
-    /// frees the tensor). An event that cannot be recorded leaves the conservative fallback
-    /// ([`ReleaseFence::record`]) and the failure, which the release reports.
+    /// frees the tensor). The handle is not kept past this call: a stream being captured into
+    /// a graph gets no event (it would be a node of the graph), and an event that cannot be
+    /// recorded gets none either; both leave the conservative fallback, a context synchronised
+    /// by the explicit flush ([`ReleaseFence::record_unless_capturing`]), and the failure,
+    /// which the release reports.
     ///
     /// # Safety
     /// `stream.handle` is 1, 2 or a `CUstream` of the memory's device that is live now (the
-    /// consumer's, whose tensor is being released: DLPack asks it to outlive the tensor).
+    /// consumer's, whose tensor is being released: DLPack asks it to outlive the tensor). A
+    /// user context named with an alias (held in `stream.alias_context`) must stay alive until
+    /// the export's memory has been released (the fence is dropped then).
     pub unsafe fn record(&self, descriptor: &TensorDescriptor, stream: FenceStream) {
         let Some(device) = ordering_device(descriptor) else {
             return;
@@ -392,10 +413,11 @@ impl ConsumerFences {
         if ordering_disabled() {
             return;
         }
-        // SAFETY: 1, 2 or a live stream of the memory's device (contract).
-        let (fence, recorded) = unsafe { ReleaseFence::record(device, vec![stream]) };
+        // SAFETY: 1, 2 or a stream of the memory's device live during the call; a user
+        // context kept alive with the memory (contract).
+        let (fence, recorded) =
+            unsafe { ReleaseFence::record_unless_capturing(device, vec![stream]) };
         let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        state.tried += 1;
         if let Err(error) = recorded {
             state.error.get_or_insert(error);
         }
@@ -403,11 +425,6 @@ impl ConsumerFences {
         if fence.orders_anything() {
             state.fences.push(fence);
         }
-    }
-
-    /// How many consumers' releases have recorded a fence (or tried to) so far.
-    pub fn recorded(&self) -> usize {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).tried
     }
 
     /// What the consumers' releases left, taken: `None` when there is nothing to wait for and
@@ -444,6 +461,7 @@ pub enum ConsumerOrdering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::fence::fence_log::{self, Entry};
     use crate::device::Device;
     use crate::dtype::ElementType;
     use crate::export::export_versioned;
@@ -637,9 +655,11 @@ mod tests {
         let empty = descriptor_on(CUDA0, 0x1000, &[0], &[1], ElementType::Float32);
         for descriptor in [&host, &empty] {
             let fences = ConsumerFences::new();
+            let named = FenceStream::named_now(0x7f00);
+            fence_log::take();
             // SAFETY: nothing is recorded (host memory, nothing to order).
-            unsafe { fences.record(descriptor, FenceStream::named_now(0x7f00)) };
-            assert_eq!(fences.recorded(), 0);
+            unsafe { fences.record(descriptor, named) };
+            assert_eq!(fence_log::take(), [], "no fence asked for");
             assert!(fences.take().is_none(), "nothing to wait for");
         }
     }
@@ -654,9 +674,20 @@ mod tests {
         let fences = ConsumerFences::new();
         let before = tried();
         for (n, stream) in [1usize, 0x7f00, 2].into_iter().enumerate() {
+            let named = FenceStream::named_now(stream);
+            fence_log::take();
             // SAFETY: without a driver no handle is dereferenced.
-            unsafe { fences.record(&device, FenceStream::named_now(stream)) };
-            assert_eq!(fences.recorded(), n + 1, "recorded at this release");
+            unsafe { fences.record(&device, named) };
+            assert_eq!(
+                fence_log::take(),
+                [Entry::Recorded {
+                    handle: stream,
+                    alias_context: None,
+                    event_context: None,
+                    defers_on_capture: false,
+                }],
+                "recorded at this release, on its own stream, keeping no handle past it"
+            );
             assert_eq!(
                 tried(),
                 before + n + 1,
@@ -665,13 +696,31 @@ mod tests {
         }
         let (fence, error) = fences.take().expect("the failure to report");
         assert!(matches!(error, Some(Error::NoCudaDriver)), "{error:?}");
-        assert_eq!(fences.recorded(), 0, "taken");
+        assert!(fences.take().is_none(), "taken");
         let (owner, count) = CountingOwner::new();
         let release = PendingRelease::of_export(Box::new(owner), fence, error);
         assert!(release.is_ordered());
         assert_eq!(CountingOwner::releases(&count), 0);
         assert!(matches!(release.complete(), Err(Error::NoCudaDriver)));
         assert_eq!(CountingOwner::releases(&count), 1);
+
+        // An import's release, whose stream keepers outlive a deferred record, may defer it.
+        let (mut tensor, _) = tensor_on(CUDA0, 0x1000, &[4]);
+        // SAFETY: without a driver no handle is dereferenced.
+        unsafe { tensor.set_consumer_stream(StreamRequest::Handle(0x1230)) };
+        fence_log::take();
+        drop(tensor.into_release());
+        assert!(
+            matches!(
+                fence_log::take()[..],
+                [Entry::Recorded {
+                    handle: 0x1230,
+                    defers_on_capture: true,
+                    ..
+                }]
+            ),
+            "an import's consumer stream is kept until its record"
+        );
     }
 
     thread_local! {

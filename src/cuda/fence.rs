@@ -13,13 +13,21 @@
 //! ask [`ReleaseFence::is_complete`] and stay queued until it says yes.
 //!
 //! Each event lives in the context of the stream it is recorded on, held (retained, when
-//! primary) for the event's whole life ([`super::context`]). A stream being captured into a
-//! graph gets no event until its capture has ended: an event recorded there would be a graph
-//! node, not a point in the stream's work, and the fence counts as incomplete meanwhile.
+//! primary) for the event's whole life ([`super::context`]). An event recorded on a stream
+//! being captured into a graph would be a graph node, not a point in the stream's work. A fence
+//! whose streams are kept alive until every event is recorded (an import's release, whose
+//! [`crate::release::StreamKeeper`]s outlive it) defers the record until the capture has ended,
+//! and counts as incomplete meanwhile ([`ReleaseFence::record`]). A fence that keeps nothing
+//! alive (an export's consumer, whose stream need only outlive its own tensor) never keeps a
+//! handle past its call: a capturing stream there takes the conservative fallback, its
+//! context synchronised by the explicit flush ([`ReleaseFence::record_unless_capturing`]). An
+//! event whose deferred record fails is not counted as recorded (an event never recorded
+//! queries as complete): its context is synchronised instead.
 //!
 //! Where no event can be recorded (the driver refuses the stream, its context is unknown) the
-//! fence falls back to the conservative wait: the whole context of the memory's device is
-//! synchronised before the deleter runs. Slower, still ordered; the failure is reported.
+//! fence falls back to the conservative wait: the whole context of the memory's device (for a
+//! capturing stream or a failed deferred record: the stream's own context) is synchronised
+//! before the deleter runs. Slower, still ordered; the failure is reported.
 //! Synchronising a context while any of its streams is being captured is invalid (and breaks
 //! that capture), so the fallback is never complete by itself: only an explicit wait makes it,
 //! not while a blocking stream of the context captures ([`ReleaseFence::can_wait`]), and a
@@ -46,6 +54,52 @@ thread_local! {
     pub(crate) static RECORDS_TRIED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// A test seam (the core's tests, and the bridge's through the `fence-log-for-tests` feature,
+/// which only its dev-dependency turns on): what this thread named and asked fences for, in
+/// order, so that a test without a driver sees when a stream is named and when, and with
+/// which handle and context, each fence is recorded; and a test with one, which context each
+/// event went to. Never in a shipped build.
+#[cfg(any(test, feature = "fence-log-for-tests"))]
+pub mod fence_log {
+    use std::cell::RefCell;
+
+    /// One thing a fence's code did on this thread.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Entry {
+        /// [`super::FenceStream::named_now`]: the handle, and the context held with an alias
+        /// (`None` for a handle, or without a current context).
+        Named {
+            handle: usize,
+            context: Option<usize>,
+        },
+        /// A fence asked for on a stream ([`super::ReleaseFence::record`] and
+        /// [`super::ReleaseFence::record_unless_capturing`]): the handle, the context named
+        /// with its alias, and the context its event was made in (`None`: none, the failure
+        /// is the fence's).
+        Recorded {
+            handle: usize,
+            alias_context: Option<usize>,
+            event_context: Option<usize>,
+            /// Whether a capture would defer the record, keeping the handle past the call
+            /// ([`super::ReleaseFence::record`]), rather than fall back.
+            defers_on_capture: bool,
+        },
+    }
+
+    thread_local! {
+        static LOG: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn push(entry: Entry) {
+        LOG.with_borrow_mut(|log| log.push(entry));
+    }
+
+    /// What this thread logged since the last call, taken.
+    pub fn take() -> Vec<Entry> {
+        LOG.take()
+    }
+}
+
 /// A stream a release is to be ordered after, with the context its aliases (1, 2) meant.
 #[derive(Debug)]
 pub struct FenceStream {
@@ -68,6 +122,11 @@ impl FenceStream {
             LEGACY_DEFAULT | PER_THREAD_DEFAULT => HeldContext::current().ok().flatten(),
             _ => None,
         };
+        #[cfg(any(test, feature = "fence-log-for-tests"))]
+        fence_log::push(fence_log::Entry::Named {
+            handle,
+            context: alias_context.as_ref().map(HeldContext::raw),
+        });
         Self {
             handle,
             alias_context,
@@ -164,12 +223,24 @@ struct FenceEvent {
     awaiting_capture: Option<usize>,
 }
 
-/// Events recorded on up to two streams, destroyed (and their contexts let go) when the fence
-/// is; or the conservative fallback.
+/// What a stream being captured does to a fence asked for on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnCapture {
+    /// The record waits until the capture has ended (the stream is kept alive until then).
+    Defer,
+    /// The fence falls back to synchronising the stream's context (nothing keeps the stream).
+    Fallback,
+}
+
+/// Events recorded on streams, destroyed (and their contexts let go) when the fence is; and
+/// the contexts of the conservative fallback.
 pub struct ReleaseFence {
     events: Vec<FenceEvent>,
-    /// The context to synchronise instead, where an event could not be recorded.
-    fallback: Option<HeldContext>,
+    /// The contexts to synchronise instead, where an event could not be recorded (each once).
+    fallback: Vec<HeldContext>,
+    /// A deferred record that failed (its context joined the fallback): reported by the
+    /// [`Self::wait`] that settles the fence.
+    failure: Option<Error>,
 }
 
 // SAFETY: CUDA events and contexts are process-wide driver handles that any thread may query,
@@ -182,7 +253,8 @@ impl ReleaseFence {
     pub fn none() -> Self {
         Self {
             events: Vec::new(),
-            fallback: None,
+            fallback: Vec::new(),
+            failure: None,
         }
     }
 
@@ -190,12 +262,45 @@ impl ReleaseFence {
     /// `memory_device` is the device whose primary context stands in where a stream's context
     /// is unknown, and which the fallback synchronises. Returns the fence, holding every event
     /// that could be recorded (and the fallback where one could not), with the first failure.
+    /// On a stream being captured the record is deferred until the capture has ended: the
+    /// fence then uses the handle later (in [`Self::is_complete`], [`Self::can_wait`],
+    /// [`Self::all_recorded`], [`Self::wait`]), until [`Self::all_recorded`] says yes.
     ///
     /// # Safety
     /// Every handle must be 1, 2 or a live `CUstream`: the driver dereferences it and does not
-    /// validate arbitrary values. A user context named with an alias must stay alive until the
-    /// fence is dropped.
+    /// validate arbitrary values. A stream being captured must stay live until
+    /// [`Self::all_recorded`] answers yes (or the fence is dropped). A user context named with
+    /// an alias must stay alive until the fence is dropped.
     pub unsafe fn record(memory_device: i32, streams: Vec<FenceStream>) -> (Self, Result<()>) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { Self::record_with(memory_device, streams, OnCapture::Defer) }
+    }
+
+    /// [`Self::record`] for streams that need only be live during this call: a stream being
+    /// captured gets no event (none can be recorded now, and the handle is not kept for
+    /// later); its context joins the conservative fallback instead, which only an explicit
+    /// wait synchronises, once no blocking stream of that context captures
+    /// ([`Self::can_wait`]). Reported as [`Error::ReleaseDuringCapture`].
+    ///
+    /// # Safety
+    /// Every handle must be 1, 2 or a `CUstream` live during this call. A user context named
+    /// with an alias must stay alive until the fence is dropped.
+    pub unsafe fn record_unless_capturing(
+        memory_device: i32,
+        streams: Vec<FenceStream>,
+    ) -> (Self, Result<()>) {
+        // SAFETY: forwarded from this function's contract (no handle is kept past the call).
+        unsafe { Self::record_with(memory_device, streams, OnCapture::Fallback) }
+    }
+
+    /// # Safety
+    /// As [`Self::record`] for [`OnCapture::Defer`], as [`Self::record_unless_capturing`] for
+    /// [`OnCapture::Fallback`].
+    unsafe fn record_with(
+        memory_device: i32,
+        streams: Vec<FenceStream>,
+        on_capture: OnCapture,
+    ) -> (Self, Result<()>) {
         #[cfg(test)]
         RECORDS_TRIED_HERE.set(RECORDS_TRIED_HERE.get() + 1);
         let mut fence = Self::none();
@@ -203,22 +308,36 @@ impl ReleaseFence {
         let mut seen: Vec<(usize, usize)> = Vec::with_capacity(streams.len());
         for stream in streams {
             let handle = stream.handle;
+            #[cfg(any(test, feature = "fence-log-for-tests"))]
+            let alias_context = stream.alias_context.as_ref().map(HeldContext::raw);
             // SAFETY: a stream of this function's contract.
-            let event = unsafe { event_context(memory_device, stream) }.and_then(|context| {
+            let context = unsafe { event_context(memory_device, stream) };
+            #[cfg(any(test, feature = "fence-log-for-tests"))]
+            fence_log::push(fence_log::Entry::Recorded {
+                handle,
+                alias_context,
+                event_context: context.as_ref().ok().map(HeldContext::raw),
+                defers_on_capture: on_capture == OnCapture::Defer,
+            });
+            let event = context.and_then(|context| {
                 let key = fence_key(context.raw(), handle);
                 if seen.contains(&key) {
-                    return Ok(None);
+                    return Ok(Recorded::Twice);
                 }
                 seen.push(key);
                 // SAFETY: as above; `context` is the stream's.
-                unsafe { fence_event(context, recorded_stream(handle)) }.map(Some)
+                unsafe { fence_event(context, recorded_stream(handle), on_capture) }
             });
             match event {
-                Ok(Some(event)) => fence.events.push(event),
-                Ok(None) => {}
+                Ok(Recorded::Event(event)) => fence.events.push(event),
+                Ok(Recorded::Twice) => {}
+                Ok(Recorded::Capturing(context)) => {
+                    fence.fall_back_to(context);
+                    outcome = outcome.and(Err(Error::ReleaseDuringCapture));
+                }
                 Err(error) => {
-                    if fence.fallback.is_none() {
-                        fence.fallback = HeldContext::primary(memory_device).ok();
+                    if let Ok(primary) = HeldContext::primary(memory_device) {
+                        fence.fall_back_to(primary);
                     }
                     outcome = outcome.and(Err(error));
                 }
@@ -227,30 +346,38 @@ impl ReleaseFence {
         (fence, outcome)
     }
 
+    /// Adds `context` to the fallback's contexts, once.
+    fn fall_back_to(&mut self, context: HeldContext) {
+        if !self.fallback.iter().any(|held| held.raw() == context.raw()) {
+            self.fallback.push(context);
+        }
+    }
+
     /// A fence that only synchronises the primary context of `memory_device` (a release that
     /// named no stream to wait for), with the failure to hold it, if any.
     pub fn conservative(memory_device: i32) -> (Self, Result<()>) {
         match HeldContext::primary(memory_device) {
-            Ok(context) => (
-                Self {
-                    events: Vec::new(),
-                    fallback: Some(context),
-                },
-                Ok(()),
-            ),
+            Ok(context) => {
+                let mut fence = Self::none();
+                fence.fallback.push(context);
+                (fence, Ok(()))
+            }
             Err(error) => (Self::none(), Err(error)),
         }
     }
 
-    /// Takes over `other`'s events (and its fallback, where this fence has none): one fence that
-    /// waits for both. Events recorded at different times on the same stream are both kept (the
-    /// later completes last; waiting for both costs nothing more).
+    /// Takes over `other`'s events, fallback contexts and failure: one fence that waits for
+    /// both. Events recorded at different times on the same stream are both kept (the later
+    /// completes last; waiting for both costs nothing more).
     pub fn absorb(&mut self, mut other: ReleaseFence) {
         self.events.append(&mut other.events);
-        if self.fallback.is_none() {
-            self.fallback = other.fallback.take();
+        for context in other.fallback.drain(..) {
+            self.fall_back_to(context);
         }
-        // `other` is empty now: its drop destroys nothing (a second fallback is let go).
+        if self.failure.is_none() {
+            self.failure = other.failure.take();
+        }
+        // `other` is empty now: its drop destroys nothing.
     }
 
     /// How many events the fence holds (for tests: one per stream of each context).
@@ -261,18 +388,18 @@ impl ReleaseFence {
 
     /// Whether this fence waits by synchronising a whole context (the fallback).
     pub fn is_conservative(&self) -> bool {
-        self.fallback.is_some()
+        !self.fallback.is_empty()
     }
 
     /// Whether this fence waits for anything (no driver, or nothing recorded: it does not).
     pub fn orders_anything(&self) -> bool {
-        !self.events.is_empty() || self.fallback.is_some()
+        !self.events.is_empty() || !self.fallback.is_empty()
     }
 
     /// Whether every wait is done: no event deferred by a capture, no context left to
     /// synchronise. Only then may the deleter run after [`Self::wait`].
     pub fn is_settled(&self) -> bool {
-        self.fallback.is_none() && self.events.iter().all(|e| e.awaiting_capture.is_none())
+        self.fallback.is_empty() && self.events.iter().all(|e| e.awaiting_capture.is_none())
     }
 
     /// Whether the consumer's work is known to be complete, so the deleter may run without a
@@ -280,14 +407,10 @@ impl ReleaseFence {
     /// never complete without its wait; a capture still running, never; a failed query counts
     /// as complete (the failure is the driver's answer for good, and [`Self::wait`] reports it).
     pub fn is_complete(&mut self) -> bool {
-        if self.fallback.is_some() {
+        if !self.all_recorded() || !self.fallback.is_empty() {
             return false;
         }
-        self.events.iter_mut().all(|event| {
-            // SAFETY: the stream is live until release (`record`'s contract).
-            if !unsafe { event.record_if_capture_ended() } {
-                return false;
-            }
+        self.events.iter().all(|event| {
             let Ok(_current) = event.context.enter() else {
                 return true;
             };
@@ -299,27 +422,45 @@ impl ReleaseFence {
 
     /// Whether [`Self::wait`] would finish by itself: false while a stream is being captured
     /// (the capture ends only when its owner ends it, perhaps on this very thread), and, for the
-    /// fallback, while a blocking stream of its context captures (the legacy default stream
-    /// answers `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`): synchronising the context would break
-    /// that capture. A capture on a non-blocking stream cannot be seen from here; the
+    /// fallback, while a blocking stream of one of its contexts captures (the legacy default
+    /// stream answers `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`): synchronising the context would
+    /// break that capture. A capture on a non-blocking stream cannot be seen from here; the
     /// synchronisation then fails, and the release stays pending ([`SyncOutcome::Capturing`]).
     pub fn can_wait(&mut self) -> bool {
-        self.all_recorded() && !self.fallback.as_ref().is_some_and(fallback_blocked)
+        self.all_recorded() && !self.fallback.iter().any(fallback_blocked)
     }
 
     /// Whether every event is recorded (those a capture deferred are recorded here once it has
-    /// ended): the streams are not needed any more.
+    /// ended): the streams are not needed any more. A deferred record that fails (the stream
+    /// is gone, the driver refuses it) is not counted as recorded: its event is dropped and its
+    /// context joins the fallback, and the failure is reported by [`Self::wait`].
     pub fn all_recorded(&mut self) -> bool {
-        self.events.iter_mut().all(|event| {
-            // SAFETY: as in `is_complete`.
-            unsafe { event.record_if_capture_ended() }
-        })
+        let mut all = true;
+        let mut index = 0;
+        while index < self.events.len() {
+            // SAFETY: a deferred stream is live until every event is recorded (`record`'s
+            // contract).
+            match unsafe { self.events[index].record_if_capture_ended() } {
+                DeferredRecord::Done => index += 1,
+                DeferredRecord::Waiting => {
+                    all = false;
+                    index += 1;
+                }
+                DeferredRecord::Failed(error) => {
+                    let event = self.events.swap_remove(index);
+                    let context = event.destroy_unrecorded();
+                    self.fall_back_to(context);
+                    self.failure.get_or_insert(error);
+                }
+            }
+        }
+        all
     }
 
     /// Blocks the calling thread until every event has completed (each was created with
     /// `CU_EVENT_BLOCKING_SYNC`, so the thread sleeps rather than spins) or the fallback's
-    /// context is synchronised. Returns the first failure; everything that can be waited for is
-    /// waited for regardless. What a capture keeps from being waited for (an event whose
+    /// contexts are synchronised. Returns the first failure; everything that can be waited for
+    /// is waited for regardless. What a capture keeps from being waited for (an event whose
     /// stream is still being captured, a context one of whose streams captures) stays, and the
     /// fence is then not [`Self::is_settled`]: that is [`Error::ReleaseDuringCapture`] (ask
     /// [`Self::can_wait`] first).
@@ -339,27 +480,33 @@ impl ReleaseFence {
             });
             outcome = outcome.and(waited);
         }
-        if let Some(context) = self.fallback.as_ref().filter(|c| !fallback_blocked(c)) {
+        let mut left = Vec::new();
+        for context in std::mem::take(&mut self.fallback) {
+            if fallback_blocked(&context) {
+                left.push(context);
+                continue;
+            }
             let status = context.enter().map(|_current| {
                 // SAFETY: a context is current; this waits for its work only.
                 unsafe { sys::cuCtxSynchronize() }
             });
             match status.map(|status| (sync_outcome(status), status)) {
-                Ok((SyncOutcome::Done, _)) => self.fallback = None,
+                Ok((SyncOutcome::Done, _)) => {}
                 Ok((SyncOutcome::Capturing, _)) => {
                     outcome = outcome.and(Err(Error::ReleaseDuringCapture));
+                    left.push(context);
                 }
                 Ok((SyncOutcome::Failed, status)) => {
-                    self.fallback = None;
                     outcome = outcome.and(call(status, "cuCtxSynchronize"));
                 }
-                Err(error) => {
-                    self.fallback = None;
-                    outcome = outcome.and(Err(error));
-                }
+                Err(error) => outcome = outcome.and(Err(error)),
             }
         }
+        self.fallback = left;
         if self.is_settled() {
+            // A failed deferred record came first; kept until then (an unsettled wait's outcome
+            // is not reported: the release stays pending and waits again).
+            let outcome = self.failure.take().map_or(outcome, Err);
             outcome.and(self.destroy())
         } else {
             outcome
@@ -400,34 +547,67 @@ fn fallback_blocked(context: &HeldContext) -> bool {
     matches!(unsafe { is_capturing(LEGACY_DEFAULT) }, Ok(true))
 }
 
+/// What became of an event whose record a capture deferred.
+enum DeferredRecord {
+    /// Recorded (now or before).
+    Done,
+    /// Its stream is still being captured.
+    Waiting,
+    /// The record failed: the event was never recorded, so it would query as complete at
+    /// once, while the stream's work may still run.
+    Failed(Error),
+}
+
+/// What a deferred record comes to, given whether its stream still captures (`capturing`,
+/// the driver's answer) and the record itself (`record`, called only once the capture has
+/// ended). Any failure is [`DeferredRecord::Failed`], never counted as recorded.
+fn deferred_record(capturing: Result<bool>, record: impl FnOnce() -> Result<()>) -> DeferredRecord {
+    match capturing {
+        Ok(true) => DeferredRecord::Waiting,
+        Ok(false) => match record() {
+            Ok(()) => DeferredRecord::Done,
+            Err(error) => DeferredRecord::Failed(error),
+        },
+        Err(error) => DeferredRecord::Failed(error),
+    }
+}
+
 impl FenceEvent {
-    /// Records the event once its stream is no longer being captured; whether it is recorded.
+    /// Records the event once its stream is no longer being captured.
     ///
     /// # Safety
     /// The deferred stream must still be live.
-    unsafe fn record_if_capture_ended(&mut self) -> bool {
+    unsafe fn record_if_capture_ended(&mut self) -> DeferredRecord {
         let Some(stream) = self.awaiting_capture else {
-            return true;
+            return DeferredRecord::Done;
         };
-        let Ok(_current) = self.context.enter() else {
-            return false;
+        let outcome = match self.context.enter() {
+            Err(error) => DeferredRecord::Failed(error),
+            Ok(_current) => deferred_record(
+                // SAFETY: the stream is live (contract); its context is current.
+                unsafe { is_capturing(stream) },
+                || {
+                    // SAFETY: our event; the stream is live and not capturing; its context is
+                    // current.
+                    let status = unsafe { sys::cuEventRecord(self.event, stream as sys::CUstream) };
+                    call(status, "cuEventRecord")
+                },
+            ),
         };
-        // SAFETY: the stream is live (contract); its context is current.
-        match unsafe { is_capturing(stream) } {
-            Ok(true) => false,
-            // A stream the driver no longer answers for has nothing more to record.
-            Err(_) => {
-                self.awaiting_capture = None;
-                true
-            }
-            Ok(false) => {
-                // SAFETY: our event; the stream is live and not capturing; its context is
-                // current. A failed record leaves an event that completes at once.
-                let _ = unsafe { sys::cuEventRecord(self.event, stream as sys::CUstream) };
-                self.awaiting_capture = None;
-                true
-            }
+        if !matches!(outcome, DeferredRecord::Waiting) {
+            self.awaiting_capture = None;
         }
+        outcome
+    }
+
+    /// Destroys an event that was never recorded, and gives back its context (for the fallback
+    /// to synchronise).
+    fn destroy_unrecorded(self) -> HeldContext {
+        if let Ok(_current) = self.context.enter() {
+            // SAFETY: our event, destroyed once (consumed here); its context is current.
+            let _ = unsafe { sys::cuEventDestroy_v2(self.event) };
+        }
+        self.context
     }
 }
 
@@ -461,38 +641,55 @@ unsafe fn event_context(memory_device: i32, stream: FenceStream) -> Result<HeldC
     }
 }
 
-/// Creates an event in `context` (`handle`'s) and records it on `handle`, or defers the record
-/// while the stream is being captured (for the legacy default stream: while a blocking stream
-/// of its context is, see [`super::context::capture_answer`]).
+/// What [`fence_event`] made of a stream.
+enum Recorded {
+    /// An event, recorded (or its record deferred by a capture).
+    Event(FenceEvent),
+    /// A stream the fence has an event on already.
+    Twice,
+    /// A stream being captured, with no event ([`OnCapture::Fallback`]): its context.
+    Capturing(HeldContext),
+}
+
+/// Creates an event in `context` (`handle`'s) and records it on `handle`. While the stream is
+/// being captured (for the legacy default stream: while a blocking stream of its context is,
+/// see [`super::context::capture_answer`]) the record is deferred ([`OnCapture::Defer`]), or
+/// no event is made and the context is handed back ([`OnCapture::Fallback`]).
 ///
 /// # Safety
 /// `handle` must be 1 or a live `CUstream` of `context`.
-unsafe fn fence_event(context: HeldContext, handle: usize) -> Result<FenceEvent> {
+unsafe fn fence_event(
+    context: HeldContext,
+    handle: usize,
+    on_capture: OnCapture,
+) -> Result<Recorded> {
     let current = context.enter()?;
+    // SAFETY: a live stream (contract); its context is current.
+    let capturing = unsafe { is_capturing(handle) }?;
+    if capturing && on_capture == OnCapture::Fallback {
+        drop(current);
+        return Ok(Recorded::Capturing(context));
+    }
     let mut event: sys::CUevent = std::ptr::null_mut();
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
         | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
     // SAFETY: `event` is a valid out-pointer; the stream's context is current.
     let status = unsafe { sys::cuEventCreate(&mut event, flags) };
     call(status, "cuEventCreate")?;
-    // SAFETY: a live stream (contract); its context is current.
-    let capturing = unsafe { is_capturing(handle) };
-    let recorded = match capturing {
-        Ok(true) => Ok(Some(handle)),
-        Ok(false) => {
-            // SAFETY: `event` was just created in the stream's context; the stream is live.
-            let status = unsafe { sys::cuEventRecord(event, handle as sys::CUstream) };
-            call(status, "cuEventRecord").map(|()| None)
-        }
-        Err(error) => Err(error),
+    let recorded = if capturing {
+        Ok(Some(handle))
+    } else {
+        // SAFETY: `event` was just created in the stream's context; the stream is live.
+        let status = unsafe { sys::cuEventRecord(event, handle as sys::CUstream) };
+        call(status, "cuEventRecord").map(|()| None)
     };
     drop(current);
     match recorded {
-        Ok(awaiting_capture) => Ok(FenceEvent {
+        Ok(awaiting_capture) => Ok(Recorded::Event(FenceEvent {
             context,
             event,
             awaiting_capture,
-        }),
+        })),
         Err(error) => {
             if let Ok(_current) = context.enter() {
                 // SAFETY: our event, recorded nowhere, destroyed once; its context is current.
@@ -579,6 +776,31 @@ mod tests {
         assert!(is_still_running(R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT));
         assert!(!is_still_running(R::CUDA_SUCCESS));
         assert!(!is_still_running(R::CUDA_ERROR_INVALID_HANDLE));
+    }
+
+    /// Holds with and without a driver: a deferred record that fails (the stream query or the
+    /// record itself) is a failure, never an event counted as recorded (an event never
+    /// recorded queries as complete while the stream's work may still run).
+    #[test]
+    fn a_failed_deferred_record_is_never_counted_as_recorded() {
+        let never = || -> Result<()> { panic!("recorded while the capture runs") };
+        assert!(matches!(
+            deferred_record(Ok(true), never),
+            DeferredRecord::Waiting
+        ));
+        assert!(matches!(
+            deferred_record(Ok(false), || Ok(())),
+            DeferredRecord::Done
+        ));
+        let refused = || Err(Error::NoCudaDriver);
+        assert!(matches!(
+            deferred_record(Ok(false), refused),
+            DeferredRecord::Failed(Error::NoCudaDriver)
+        ));
+        assert!(matches!(
+            deferred_record(Err(Error::NoCudaDriver), never),
+            DeferredRecord::Failed(Error::NoCudaDriver)
+        ));
     }
 
     #[test]

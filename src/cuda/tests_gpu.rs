@@ -817,13 +817,15 @@ fn an_exports_release_waits_for_every_consumer_stream_before_the_memory_goes_bac
     let gate = closed_gate();
     close(&second, &gate);
     let fences = crate::release::ConsumerFences::new();
+    super::fence::fence_log::take();
     for stream in [first.cu_stream(), second.cu_stream(), first.cu_stream()] {
         let stream = super::fence::FenceStream::named_now(stream as usize);
         // SAFETY: live streams of device 0, each fenced as its consumer's tensor is released.
         unsafe { fences.record(&spec, stream) };
     }
-    assert_eq!(fences.recorded(), 3);
+    assert_eq!(fences_recorded_here(), 3);
     let mut release = crate::export::given_back::give_back_after(owner, &fences)
+        .queued()
         .expect("the second consumer's stream is busy: a fenced release");
     assert!(release.is_ordered());
     assert!(
@@ -865,8 +867,9 @@ fn a_share_into_a_types_owner_goes_back_after_the_consumers_current_stream() {
     let fences = crate::release::ConsumerFences::new();
     // SAFETY: a live stream of device 0 that outlives the recording.
     unsafe { fences.record(&spec, super::fence::FenceStream::named_now(stream)) };
-    let mut release =
-        crate::export::given_back::give_back_after(owner, &fences).expect("a fenced release");
+    let mut release = crate::export::given_back::give_back_after(owner, &fences)
+        .queued()
+        .expect("a fenced release");
     assert!(
         !release.is_ready(),
         "the consumer's stream is still busy: the root must not go back"
@@ -889,11 +892,12 @@ fn a_share_into_a_types_owner_goes_back_after_the_consumers_current_stream() {
         assert_eq!(legacy, Some(1), "{reported:?}");
         let (owner, count) = CountingOwner::new();
         let fences = crate::release::ConsumerFences::new();
+        super::fence::fence_log::take();
         // SAFETY: 1: the legacy default stream of the context current (device 0's primary).
         unsafe { fences.record(&spec, super::fence::FenceStream::named_now(1)) };
-        assert_eq!(fences.recorded(), 1);
+        assert_eq!(fences_recorded_here(), 1);
         // Nothing runs on the legacy stream: given back at once, or after a short wait.
-        if let Some(release) = crate::export::given_back::give_back_after(owner, &fences) {
+        if let Some(release) = crate::export::given_back::give_back_after(owner, &fences).queued() {
             assert!(release.is_ordered());
             release.complete().unwrap();
         }
@@ -901,7 +905,7 @@ fn a_share_into_a_types_owner_goes_back_after_the_consumers_current_stream() {
     }
 }
 
-/// Issue 38: a consumer's stream is fenced when that consumer's own tensor is released, so it
+/// A consumer's stream is fenced when that consumer's own tensor is released, so it
 /// may be destroyed right after (a CuPy `Stream` freed after its array) while another consumer
 /// still holds the memory; the memory goes back only once that fence has completed and the
 /// last holder has let go.
@@ -937,6 +941,7 @@ fn an_exports_consumer_stream_may_go_once_its_own_tensor_is_released() {
     };
     let (owner, count) = CountingOwner::new();
     let mut release = crate::export::given_back::give_back_after(owner, &fences)
+        .queued()
         .expect("the first consumer's work still runs: a fenced release");
     assert!(
         !release.is_ready(),
@@ -955,9 +960,9 @@ fn an_exports_consumer_stream_may_go_once_its_own_tensor_is_released() {
     );
 }
 
-/// Issue 38: an alias (1, 2) a consumer names while a user context is current means that
-/// context's stream: it is held with the stream, and the release's event is recorded there,
-/// not in the primary context.
+/// An alias (1, 2) a consumer names while a user context is current means that context's
+/// stream: it is held with the stream, and the release's event is made there (the fence log
+/// says which context each event went to), not in the primary context.
 #[test]
 #[ignore = "needs a CUDA driver"]
 fn an_alias_named_in_a_user_context_is_fenced_in_that_context() {
@@ -979,10 +984,23 @@ fn an_alias_named_in_a_user_context_is_fenced_in_that_context() {
     }
     let memory_spec = on(CUDA0, 0x1000, &[4], &[1]);
     let fences = crate::release::ConsumerFences::new();
+    super::fence::fence_log::take();
     for stream in named {
         // SAFETY: the aliases of a live user context of device 0 (not current now).
         unsafe { fences.record(&memory_spec, stream) };
     }
+    let user_context = Some(user.context as usize);
+    let expected = [1, 2].map(|handle| super::fence::fence_log::Entry::Recorded {
+        handle,
+        alias_context: user_context,
+        event_context: user_context,
+        defers_on_capture: false,
+    });
+    assert_eq!(
+        super::fence::fence_log::take(),
+        expected,
+        "each event made in the user context its alias was named in"
+    );
     let (fence, error) = fences.take().map_or((None, None), |(f, e)| (Some(f), e));
     assert!(error.is_none(), "recorded in the user context: {error:?}");
     if let Some(mut fence) = fence {
@@ -992,4 +1010,12 @@ fn an_alias_named_in_a_user_context_is_fenced_in_that_context() {
         );
         fence.wait().unwrap();
     }
+}
+
+/// How many fences this thread asked for since the fence log was last taken.
+fn fences_recorded_here() -> usize {
+    super::fence::fence_log::take()
+        .iter()
+        .filter(|entry| matches!(entry, super::fence::fence_log::Entry::Recorded { .. }))
+        .count()
 }

@@ -9,20 +9,50 @@
 //! Should anything unwind on the way (it is not expected to), the owner is leaked, never
 //! dropped: dropping it would hand the memory back with the consumers' work perhaps still
 //! running on it, a use after free in someone else's allocator; a leak only holds memory.
+//!
+//! An owner with nothing left to wait for is handed back to the caller ([`GiveBack::Now`]),
+//! not dropped here: the caller runs on whichever thread the last holder let go on (a
+//! consumer's deleter), and dropping an owner may run a foreign producer's deleter (CuPy's
+//! takes the GIL), which only the caller knows whether that thread may run.
 
 use crate::release::{ConsumerFences, PendingRelease};
 use std::mem::ManuallyDrop;
 
+/// What [`give_back_after`] leaves to its caller.
+#[must_use = "the owner is to be dropped or its release queued"]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "matched at once by the caller; boxing would allocate once more per release"
+)]
+pub enum GiveBack<O> {
+    /// Nothing to wait for: the owner, to drop where that may run (or to queue unordered:
+    /// [`PendingRelease::unordered_owner`]).
+    Now(O),
+    /// A release that holds the owner until every fence has completed: queue it.
+    Queue(PendingRelease),
+}
+
+impl<O> GiveBack<O> {
+    /// The release to queue, if any; an owner with nothing to wait for is dropped here (for
+    /// owners whose drop may run on any thread: a Julia root's only queues its id).
+    pub fn queued(self) -> Option<PendingRelease> {
+        match self {
+            Self::Now(owner) => {
+                drop(owner);
+                None
+            }
+            Self::Queue(release) => Some(release),
+        }
+    }
+}
+
 /// Gives `owner`, which keeps an export's memory alive, back after every fence its consumers'
-/// releases left in `fences` (taken here) has completed. `None` when nothing is to be waited
-/// for (no consumer recorded a fence: memory no stream orders, no stream named, an empty
-/// tensor, ordering switched off for a test; or every fence has completed): `owner` has then
-/// been dropped here, at once. Otherwise the release to queue, which holds `owner` until it
-/// completes. If this unwinds, `owner` is leaked (see the module docs).
-pub fn give_back_after<O: Send + 'static>(
-    owner: O,
-    fences: &ConsumerFences,
-) -> Option<PendingRelease> {
+/// releases left in `fences` (taken here) has completed. [`GiveBack::Now`] when nothing is to
+/// be waited for (no consumer recorded a fence: memory no stream orders, no stream named, an
+/// empty tensor, ordering switched off for a test; or every fence has completed): the caller
+/// drops `owner` where that may run. Otherwise the release to queue, which holds `owner` until
+/// it completes. If this unwinds, `owner` is leaked (see the module docs).
+pub fn give_back_after<O: Send + 'static>(owner: O, fences: &ConsumerFences) -> GiveBack<O> {
     // Never dropped while anything below may unwind: leaked instead.
     let owner = ManuallyDrop::new(owner);
     #[cfg(test)]
@@ -30,11 +60,10 @@ pub fn give_back_after<O: Send + 'static>(
     let left = fences.take();
     let owner = ManuallyDrop::into_inner(owner);
     match left {
-        None => {
-            drop(owner);
-            None
+        None => GiveBack::Now(owner),
+        Some((fence, error)) => {
+            GiveBack::Queue(PendingRelease::of_export(Box::new(owner), fence, error))
         }
-        Some((fence, error)) => Some(PendingRelease::of_export(Box::new(owner), fence, error)),
     }
 }
 
@@ -91,9 +120,16 @@ mod tests {
                 unsafe { fences.record(descriptor, FenceStream::named_now(stream)) };
             }
             let (owner, count) = CountingOwner::new();
-            let release = give_back_after(owner, &fences);
-            assert!(release.is_none());
-            assert_eq!(CountingOwner::releases(&count), 1, "dropped at once");
+            let GiveBack::Now(owner) = give_back_after(owner, &fences) else {
+                panic!("nothing to wait for, so nothing to queue");
+            };
+            assert_eq!(
+                CountingOwner::releases(&count),
+                0,
+                "handed back, not dropped"
+            );
+            drop(owner);
+            assert_eq!(CountingOwner::releases(&count), 1);
         }
     }
 
@@ -107,7 +143,7 @@ mod tests {
         // SAFETY: without a driver no handle is dereferenced.
         unsafe { fences.record(&device, FenceStream::named_now(0x7f00)) };
         let (owner, count) = CountingOwner::new();
-        let release = give_back_after(owner, &fences);
+        let release = give_back_after(owner, &fences).queued();
         let release = release.expect("device memory with a stream is ordered");
         assert!(release.is_ordered());
         assert_eq!(CountingOwner::releases(&count), 0, "held by the release");
@@ -140,7 +176,7 @@ mod tests {
             0,
             "leaked, not given back unfenced"
         );
-        let given = give_back_after(Owner, &fences);
+        let given = give_back_after(Owner, &fences).queued();
         drop(given);
         assert_eq!(
             DROPS.load(Ordering::SeqCst),

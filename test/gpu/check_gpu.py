@@ -486,6 +486,33 @@ def _():
     assert exported is None and "being captured" in message, (code, message)
 
 
+@check("an export's consumer released during a capture: no event in the graph, the memory back at the flush")
+def _():
+    x = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    tensor, error = lib.import_(x, ImportOptions(has_stream=1, stream=-1, copy=-1))
+    assert error is None, error
+    exporter, error = lib.export(tensor, torch.cuda.current_stream().cuda_stream or 1)
+    assert error is None, error
+    graph = torch.cuda.CUDAGraph()
+    capture_stream = torch.cuda.Stream()
+    with torch.cuda.graph(graph, stream=capture_stream):
+        # The consumer works on the capturing stream and releases its tensor there: its fence
+        # falls back to the stream's context (an event would be a node of the graph).
+        y = torch.from_dlpack(exporter)
+        total = y.sum()
+        del y
+    graph.replay()  # raises had the capture been invalidated
+    torch.cuda.synchronize()
+    assert total.item() == x.numel(), total.item()
+    before = lib.lib.rsdlpack_py_pending_releases()
+    del exporter  # the last holder: the memory's release waits for the context's flush
+    pending = lib.lib.rsdlpack_py_pending_releases()
+    assert pending == before + 1, (before, pending)
+    assert lib.lib.rsdlpack_py_flush_releases() >= 1, "the explicit flush runs it"
+    assert lib.lib.rsdlpack_py_pending_releases() == 0
+
+
 @check("a stream=-1 import released without a stream during a capture: queued, not a context sync that breaks it")
 def _():
     x = torch.ones(1 << 20, device="cuda")

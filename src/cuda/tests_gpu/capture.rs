@@ -380,3 +380,52 @@ fn the_legacy_streams_of_two_contexts_are_two_fence_streams_and_events_live_in_t
     drop(producer);
     drop(user);
 }
+
+/// An export's consumer that releases its tensor while its stream is being captured keeps no
+/// handle: no event is made (none is deferred), the stream's context is synchronised instead
+/// by the explicit wait, and the stream may be destroyed right after the capture ends. That
+/// wait still follows the work enqueued before the capture (the gate).
+#[test]
+#[ignore = "needs a CUDA driver"]
+fn an_exports_consumer_capturing_at_its_release_takes_the_fallback_and_keeps_no_stream() {
+    let context = device();
+    let stream = context.new_stream().unwrap();
+    let gate = closed_gate();
+    close(&stream, &gate);
+    let spec = on(CUDA0, 0x1000, &[4], &[1]);
+    let fences = crate::release::ConsumerFences::new();
+    begin_capture(stream.cu_stream());
+    // SAFETY: a live stream of device 0, during the call.
+    unsafe { fences.record(&spec, FenceStream::named_now(stream.cu_stream() as usize)) };
+    let graph = end_capture(
+        stream.cu_stream(),
+        "a consumer's fence on a capturing stream",
+    );
+    destroy_graph(graph);
+    drop(stream);
+    let (mut fence, error) = fences.take().expect("a fallback to wait for");
+    assert!(
+        matches!(error, Some(Error::ReleaseDuringCapture)),
+        "{error:?}"
+    );
+    assert!(
+        fence.is_conservative(),
+        "the stream's context, synchronised"
+    );
+    assert!(fence.is_settled() || fence.can_wait(), "no deferred record");
+    assert!(
+        !fence.is_complete(),
+        "never complete without the explicit wait"
+    );
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let started = Instant::now();
+    fence.wait().unwrap();
+    let waited = started.elapsed();
+    opener.join().unwrap();
+    assert!(fence.is_settled());
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the fallback returned after {waited:?}, before the work enqueued before the capture"
+    );
+}

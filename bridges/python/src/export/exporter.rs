@@ -22,7 +22,7 @@
 
 use super::roots::JuliaRoot;
 use crate::error::BridgeResult;
-use crate::protocol::capsule::into_capsule;
+use crate::protocol::capsule::{into_capsule, releasing_unconsumed};
 use crate::protocol::request::{ExportRequest, VersionRequest};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -36,12 +36,12 @@ use rsdlpack::export::described::{
     DescribingOwner, HeaderSlot, SlotOwner, export_legacy_described, export_legacy_in_slot,
     export_versioned_described, export_versioned_in_slot,
 };
-use rsdlpack::export::given_back::give_back_after;
+use rsdlpack::export::given_back::{GiveBack, give_back_after};
 use rsdlpack::export::plan::{
     self, Capsule, Memory, exchange_api_stream, ordered_by_streams, plan_export,
 };
 use rsdlpack::release::ConsumerFences;
-use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, TensorDescriptor};
+use rsdlpack::{ImportedTensor, IndexOrder, ManagedTensor, PendingRelease, TensorDescriptor};
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -90,9 +90,12 @@ pub(crate) struct ExporterObject {
 // SAFETY: the header is Python's, read and written only under the GIL; the count is atomic; the
 // slot is `Sync` by itself; the descriptor never changes once built; the keeper and the event
 // are `Send` and used only by their drop, which runs once, by the last holder; the fences and
-// the views (in `ordered`) are behind locks; the slot's consumer stream is written only by the
-// export that claimed the slot and taken only by that export's deleter, the slot's flag
-// ordering the two (as it orders the header's writes and reads).
+// the views (in `ordered`) are behind locks. The slot's consumer stream is written only by the
+// export that claimed the slot, after the claim and before its capsule is handed out, and
+// taken only by that capsule's deleter: handing the capsule to its consumer (who calls the
+// deleter, on whichever thread) orders the write before the take, not the slot's flag, which
+// the claim stores Relaxed before the write. The deleter's Release store of the flag, after
+// the take, orders the take before the next claim's Acquire load and write.
 unsafe impl Sync for ExporterObject {}
 
 /// What an exporter of memory that streams order keeps for its release.
@@ -120,19 +123,58 @@ enum Keeper {
 /// (see [`rsdlpack::export::given_back`]). Never waits and runs no Python (any thread: a
 /// capsule's deleter runs where its consumer frees it); memory whose consumers recorded no
 /// fence (host memory, none handed on a stream) is given back at once.
+///
+/// Device memory whose fences have all completed by then has nothing to wait for, but its
+/// keeper is dropped here only where that may run: a Julia array's root anywhere (its drop
+/// queues the id), a foreign tensor only on a thread that holds the GIL (its producer's
+/// deleter may take it: CuPy's does). Elsewhere it goes through the queue of releases, as
+/// every fenced release does, for the next bridge call holding the GIL.
 fn release_memory(memory: Keeper, ready: Option<ReadyEvent>, ordered: Option<Box<Ordered>>) {
     // Host memory (the common case) has no fences: no lock taken for it.
     let Some(ordered) = ordered else {
         drop(memory);
         return drop(ready);
     };
-    if let Some(release) = give_back_after((memory, ready), &ordered.fences) {
-        #[cfg(test)]
-        let Some(release) = model_tests::catch_deferred(release) else {
-            return;
-        };
-        crate::python::release::defer(release);
+    release_ordered(memory, ready, &ordered.fences);
+}
+
+/// [`release_memory`] for memory that streams order (out of line: host memory's release stays
+/// short).
+#[inline(never)]
+fn release_ordered(memory: Keeper, ready: Option<ReadyEvent>, fences: &ConsumerFences) {
+    // An unconsumed capsule's answer no stream asked for (its capsule named none) is cleared
+    // before the keeper's drop, which may release other capsules' tensors.
+    releasing_unconsumed();
+    match give_back_after((memory, ready), fences) {
+        GiveBack::Now((memory, ready)) => {
+            if drops_here(&memory, crate::python::release::this_thread_holds_the_gil) {
+                drop(memory);
+                drop(ready);
+            } else {
+                queue(PendingRelease::unordered_owner(Box::new((memory, ready))));
+            }
+        }
+        GiveBack::Queue(release) => queue(release),
     }
+}
+
+/// Whether `memory`, with nothing left to wait for, may be dropped on this thread: a Julia
+/// array's root always (no Python runs), a foreign tensor where `holds_the_gil` says this
+/// thread holds the GIL (asked only then).
+fn drops_here(memory: &Keeper, holds_the_gil: impl FnOnce() -> bool) -> bool {
+    match memory {
+        Keeper::JuliaArray(_) => true,
+        Keeper::Tensor(_) => holds_the_gil(),
+    }
+}
+
+/// Queues a release of an exporter's memory (or, in a model test, hands it to the test).
+fn queue(release: PendingRelease) {
+    #[cfg(test)]
+    let Some(release) = model_tests::catch_deferred(release) else {
+        return;
+    };
+    crate::python::release::defer(release);
 }
 
 /// The exporter type once built (null before): objects of this type, and only those (it allows
@@ -326,12 +368,18 @@ unsafe impl Send for Held {}
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(stream) = self.consumer.take() {
-            // SAFETY: the hold keeps the allocation alive; the stream is this capsule's
-            // consumer's, live while its tensor is (now being released).
+        // Unconsumed: asked before anything this drop runs could ask in turn; where no stream
+        // asks, the memory's release clears the answer (`release_ordered`).
+        if let Some(stream) = self.consumer.take()
+            && !releasing_unconsumed()
+        {
+            // SAFETY: the hold keeps the allocation alive until it is given back below; the
+            // stream is this capsule's consumer's, live while its tensor is (now being
+            // released).
             unsafe { (*self.exporter.as_ptr()).record_consumer(stream) };
         }
-        // SAFETY: this hold, given back once.
+        // SAFETY: this hold, given back once, after the fence: the record reads the
+        // allocation, which the last hold frees.
         unsafe { ExporterObject::release(self.exporter.as_ptr()) };
     }
 }
@@ -358,7 +406,10 @@ unsafe impl SlotOwner for ExporterObject {
         // that claimed it wrote the stream before handing the capsule out, and no other claim
         // writes it until the slot is freed.
         let consumer = unsafe { (*self.slot_consumer.get()).take() };
-        if let Some(stream) = consumer {
+        // As in `Held::drop`.
+        if let Some(stream) = consumer
+            && !releasing_unconsumed()
+        {
             // SAFETY: the stream of this capsule's consumer, live while its tensor is (now
             // being released).
             unsafe { self.record_consumer(stream) };
@@ -792,6 +843,7 @@ impl<'a> ExporterRef<'a> {
 mod model_tests {
     use super::*;
     use crate::export::roots::{self, QUEUE_TESTS};
+    use rsdlpack::cuda::fence::fence_log::{self, Entry};
     use rsdlpack::{Device, ElementType};
 
     /// An exporter over a 3×4 Julia array (never read: the address is only described), rooted
@@ -876,56 +928,58 @@ mod model_tests {
         .expect("a valid layout")
     }
 
-    /// Issue 38: each consumer's stream is fenced when its own capsule is released (in the slot
-    /// or not, on whichever thread), the borrowed views' when the object goes, and the memory
-    /// comes back only through the release its last holder queues, once that completes. Runs
-    /// without a driver (and under Miri): every fence is tried and fails for want of one.
-    #[test]
-    fn model_without_a_driver_each_capsule_fences_its_consumer_when_it_is_released() {
+    /// Asserts the no-driver behaviour the models below rely on (every fence is tried and
+    /// fails for want of a driver, so no handle is dereferenced).
+    fn require_no_driver() {
         let here = rsdlpack::cuda::driver();
         assert!(
             matches!(here, Err(rsdlpack::Error::NoCudaDriver)),
             "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
              skips without_a_driver_* tests where a driver exists"
         );
-        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
-        taken();
-        let exporter = device_exporter(41);
-        let at = receiver(&exporter);
-        let on = |handle| Carried::Source(Some(handle));
-        let in_slot = at.hand_out_versioned(on(0x7f00), 3).unwrap();
-        assert!(at.slot().is_taken());
-        let held = at.hand_out_versioned(on(0x8f00), 3).unwrap();
-        let unfenced = at.hand_out_legacy(Carried::Source(None)).unwrap();
-        let fences = |at: ExporterRef<'_>| at.ordered.as_ref().unwrap().fences.recorded();
-        let ordered = at.ordered.as_ref().expect("device memory");
-        ordered
-            .views
-            .lock()
-            .unwrap()
-            .push(FenceStream::named_now(1));
-        assert_eq!(fences(at), 0, "nothing before a release");
+    }
 
-        std::thread::spawn(move || drop(in_slot)).join().unwrap();
-        assert_eq!(fences(at), 1, "the slot's consumer, at its release");
-        std::thread::spawn(move || drop(held)).join().unwrap();
-        assert_eq!(fences(at), 2, "the other capsule's, at its release");
+    /// A fence asked for on `handle` (no context: without a driver none is found), as an
+    /// export's consumer's release asks for it: keeping no handle past the call.
+    fn recorded(handle: usize) -> Entry {
+        Entry::Recorded {
+            handle,
+            alias_context: None,
+            event_context: None,
+            defers_on_capture: false,
+        }
+    }
 
-        // The object's own hold (its tp_dealloc): the views' stream.
-        let object = exporter.0;
-        std::mem::forget(exporter);
-        // SAFETY: the hold `exporter` had, given back once; `unfenced` keeps it alive.
-        unsafe { ExporterObject::release_object(object.as_ptr()) };
-        // SAFETY: held by `unfenced`.
-        let still = unsafe { ExporterRef::new(object) };
-        assert_eq!(fences(still), 3, "the views, as the object goes");
-        assert_eq!(taken(), [] as [u64; 0], "a capsule still holds the root");
+    fn named(handle: usize) -> Entry {
+        Entry::Named {
+            handle,
+            context: None,
+        }
+    }
 
-        CAUGHT.set(Some(Vec::new()));
-        drop(unfenced);
-        let caught = CAUGHT.take().unwrap();
-        assert_eq!(caught.len(), 1, "the last holder queued one release");
-        assert_eq!(taken(), [] as [u64; 0], "not before that release completes");
+    /// Drops `tensor` on a thread of its own (as a consumer may), and returns what that thread
+    /// logged: the fences its release asked for. A release it queues is caught for this
+    /// thread's test (which must be catching, see `CAUGHT`).
+    fn drop_on_a_thread<T: Send + 'static>(tensor: T) -> Vec<Entry> {
+        let (log, queued) = std::thread::spawn(move || {
+            fence_log::take();
+            CAUGHT.set(Some(Vec::new()));
+            drop(tensor);
+            (fence_log::take(), CAUGHT.take().unwrap_or_default())
+        })
+        .join()
+        .unwrap();
+        CAUGHT.with_borrow_mut(|caught| match caught {
+            Some(caught) => caught.extend(queued),
+            None => assert!(queued.is_empty(), "a release queued, uncaught"),
+        });
+        log
+    }
+
+    /// Completes the releases the last holder queued (each fails for want of a driver).
+    fn complete_caught() -> usize {
+        let caught = CAUGHT.take().unwrap_or_default();
+        let count = caught.len();
         for release in caught {
             assert!(release.is_ordered());
             let outcome = release.complete();
@@ -934,7 +988,177 @@ mod model_tests {
                 "{outcome:?}"
             );
         }
+        count
+    }
+
+    /// Each consumer's stream is named when its export is made (on the exporting thread) and
+    /// fenced when its own capsule is released (in the slot or not, on whichever thread), the
+    /// borrowed views' when the object goes, and the memory comes back only through the
+    /// release its last holder queues, once that completes. Runs without a driver (and under
+    /// Miri).
+    #[test]
+    fn model_without_a_driver_each_capsule_fences_its_consumer_when_it_is_released() {
+        require_no_driver();
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = device_exporter(41);
+        let at = receiver(&exporter);
+        let on = |handle| Carried::Source(Some(handle));
+        fence_log::take();
+        let in_slot = at.hand_out_versioned(on(0x7f00), 3).unwrap();
+        assert!(at.slot().is_taken());
+        let held = at.hand_out_versioned(on(0x8f00), 3).unwrap();
+        let unfenced = at.hand_out_legacy(Carried::Source(None)).unwrap();
+        assert_eq!(
+            fence_log::take(),
+            [named(0x7f00), named(0x8f00)],
+            "each stream named by its export, on the exporting thread, and nothing fenced yet"
+        );
+        let ordered = at.ordered.as_ref().expect("device memory");
+        ordered
+            .views
+            .lock()
+            .unwrap()
+            .push(FenceStream::named_now(1));
+        fence_log::take();
+
+        assert_eq!(
+            drop_on_a_thread(in_slot),
+            [recorded(0x7f00)],
+            "the slot's consumer, at its release, on its thread (named before, not now)"
+        );
+        assert_eq!(
+            drop_on_a_thread(held),
+            [recorded(0x8f00)],
+            "the other capsule's, at its release"
+        );
+
+        // The object's own hold (its tp_dealloc): the views' stream.
+        let object = exporter.0;
+        std::mem::forget(exporter);
+        // SAFETY: the hold `exporter` had, given back once; `unfenced` keeps it alive.
+        unsafe { ExporterObject::release_object(object.as_ptr()) };
+        assert_eq!(
+            fence_log::take(),
+            [recorded(1)],
+            "the views, as the object goes"
+        );
+        assert_eq!(taken(), [] as [u64; 0], "a capsule still holds the root");
+
+        CAUGHT.set(Some(Vec::new()));
+        assert_eq!(drop_on_a_thread(unfenced), [], "no stream: no fence");
+        assert_eq!(taken(), [] as [u64; 0], "queued, not given back");
+        assert_eq!(complete_caught(), 1, "the last holder queued one release");
         assert_eq!(taken(), [41], "given back once the fences are done");
+    }
+
+    /// The last holder is a fenced capsule (in the slot, then one beside it): it records its
+    /// consumer's fence before it gives its hold back, since that hold may be the one that
+    /// frees the allocation the fences live in (Miri reports the use after free otherwise),
+    /// and the memory comes back through the release it queues.
+    #[test]
+    fn model_without_a_driver_a_fenced_last_holder_records_before_it_lets_go() {
+        require_no_driver();
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        for (id, beside) in [(42, false), (43, true)] {
+            let exporter = device_exporter(id);
+            let at = receiver(&exporter);
+            let mut first = Some(at.hand_out_versioned(Carried::Source(None), 3).unwrap());
+            let last = at.hand_out_legacy(Carried::Source(Some(0x9f00))).unwrap();
+            assert!(at.slot().is_taken());
+            // In the slot: the unfenced capsule goes first, and the fenced one takes the slot.
+            let last = if beside {
+                last
+            } else {
+                drop(last);
+                drop(first.take());
+                fence_log::take();
+                let last = at.hand_out_legacy(Carried::Source(Some(0x9f00))).unwrap();
+                assert!(at.slot().is_taken(), "the fenced capsule in the slot");
+                last
+            };
+            let object = exporter.0;
+            std::mem::forget(exporter);
+            // SAFETY: the object's hold, given back once; the capsules keep the allocation.
+            unsafe { ExporterObject::release_object(object.as_ptr()) };
+            drop(first);
+            fence_log::take();
+            CAUGHT.set(Some(Vec::new()));
+            assert_eq!(
+                drop_on_a_thread(last),
+                [recorded(0x9f00)],
+                "the last holder's own fence (beside the slot: {beside})"
+            );
+            assert_eq!(taken(), [] as [u64; 0], "queued, not given back");
+            assert_eq!(complete_caught(), 1);
+            assert_eq!(taken(), [id]);
+        }
+    }
+
+    /// A capsule nobody consumed (its destructor drops the tensor) fences nothing: no consumer
+    /// worked on the memory, and its stream need not be alive. A consumed one afterwards does.
+    #[test]
+    fn model_without_a_driver_an_unconsumed_capsule_fences_nothing() {
+        require_no_driver();
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        let exporter = device_exporter(44);
+        let at = receiver(&exporter);
+        let in_slot = at
+            .hand_out_versioned(Carried::Source(Some(0x7f00)), 3)
+            .unwrap();
+        let held = at.hand_out_legacy(Carried::Source(Some(0x8f00))).unwrap();
+        fence_log::take();
+        crate::protocol::capsule::drop_unconsumed(in_slot);
+        crate::protocol::capsule::drop_unconsumed(held);
+        assert_eq!(fence_log::take(), [], "unconsumed: nothing recorded");
+        assert!(!at.slot().is_taken());
+        let consumed = at
+            .hand_out_versioned(Carried::Source(Some(0x7f01)), 3)
+            .unwrap();
+        assert_eq!(drop_on_a_thread(consumed), [recorded(0x7f01)]);
+        CAUGHT.set(Some(Vec::new()));
+        drop(exporter);
+        assert_eq!(complete_caught(), 1, "the consumed capsule's fence");
+        assert_eq!(taken(), [44]);
+
+        // Nothing recorded by any capsule: given back at once (a Julia root may go anywhere).
+        let exporter = device_exporter(45);
+        let capsule = receiver(&exporter)
+            .hand_out_versioned(Carried::Source(Some(0x7f00)), 3)
+            .unwrap();
+        drop(exporter);
+        CAUGHT.set(Some(Vec::new()));
+        crate::protocol::capsule::drop_unconsumed(capsule);
+        assert_eq!(complete_caught(), 0, "nothing queued");
+        assert_eq!(taken(), [45]);
+    }
+
+    /// With nothing left to wait for, a Julia array's root is dropped wherever its last holder
+    /// lets go, and a foreign tensor only on a thread that holds the GIL (else queued): the
+    /// question is asked for the tensor only.
+    #[test]
+    fn model_only_a_julia_root_is_dropped_without_asking_for_the_gil() {
+        let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        taken();
+        assert!(drops_here(&Keeper::JuliaArray(JuliaRoot(46)), || {
+            panic!("asked for a Julia root")
+        }));
+        let descriptor = *receiver(&device_exporter(47)).descriptor();
+        let mut roots = taken();
+        roots.sort_unstable();
+        assert_eq!(roots, [46, 47]);
+        let tensor = rsdlpack::export::export_versioned(&descriptor, (), 3).unwrap();
+        let keeper = Keeper::Tensor(ManagedTensor::Versioned(tensor));
+        for holds in [false, true] {
+            let mut asked = false;
+            let here = drops_here(&keeper, || {
+                asked = true;
+                holds
+            });
+            assert!(asked && here == holds);
+        }
     }
 
     #[test]

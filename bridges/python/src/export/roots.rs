@@ -94,7 +94,8 @@ impl NotedRoot {
         // SAFETY: the stream is live until now (`new`'s contract), and the event recorded on
         // it here orders the root's return after the work enqueued there so far.
         unsafe { fences.record(&descriptor, stream) };
-        give_back_after(root, &fences)
+        // A root with nothing to wait for is dropped here: its drop only queues its id.
+        give_back_after(root, &fences).queued()
     }
 }
 

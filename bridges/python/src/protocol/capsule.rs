@@ -3,16 +3,58 @@
 //! A consumer owns a capsule's tensor once it renames the capsule to `used_dltensor…`; the
 //! producer's capsule destructor then leaves it alone. Our own capsules' destructor releases
 //! the tensor only while the name is still unused, i.e. when nobody consumed it.
+//!
+//! An unconsumed capsule of device memory fences nothing: no consumer worked on the memory,
+//! and nothing promises that the stream named for it is alive when the capsule is collected
+//! (the consumer refused it, or an export failed past its claim). Its destructor says so to
+//! the tensor's deleter for the length of the drop ([`releasing_unconsumed`]), which then lets
+//! the stream go without recording on it.
 
 use crate::error::{BridgeError, BridgeResult};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
+use rsdlpack::DeviceKind;
 use rsdlpack::ManagedTensor;
 use rsdlpack::dlpark::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use rsdlpack::dlpark::{Managed, ManagedTensorBase};
+use rsdlpack::export::plan::ordered_by_streams;
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::ptr::NonNull;
+
+thread_local! {
+    /// Set by an unconsumed capsule's destructor around the drop of its tensor of device
+    /// memory, taken by that tensor's deleter ([`releasing_unconsumed`]).
+    static UNCONSUMED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the tensor whose deleter asks is being released by its capsule's destructor,
+/// unconsumed (so no consumer's stream is to be fenced). Asked by the deleter of a tensor of
+/// memory streams order that has a stream to fence, before it runs anything else, or by the
+/// memory's release where none asked: the answer is taken, so that a deleter run further down
+/// the same drop (a producer's, releasing other tensors) reads no.
+pub(crate) fn releasing_unconsumed() -> bool {
+    UNCONSUMED.replace(false)
+}
+
+/// Drops `tensor`, the tensor of a capsule nobody consumed, telling its deleter so when its
+/// memory is ordered by streams (see [`releasing_unconsumed`]). Out of line: a consumed
+/// capsule's destructor, the common case, stays short.
+#[inline(never)]
+pub(crate) fn drop_unconsumed<M: ManagedTensorBase>(tensor: Managed<M>) {
+    // SAFETY: a live tensor we own.
+    let device = DeviceKind::of(unsafe { tensor.tensor() }.device.device_type);
+    let told = ordered_by_streams(device);
+    if told {
+        UNCONSUMED.set(true);
+    }
+    drop(tensor);
+    if told {
+        // Taken by the deleter already, unless it never asked.
+        UNCONSUMED.set(false);
+    }
+}
 
 const VERSIONED: &CStr = c"dltensor_versioned";
 const LEGACY: &CStr = c"dltensor";
@@ -90,8 +132,10 @@ pub fn into_capsule<'py, M: CapsuleAbi>(
         PyCapsule::new_with_pointer_and_destructor(py, raw, M::NAME, Some(release_unconsumed::<M>))
     };
     capsule.map_err(|err| {
-        // SAFETY: capsule creation failed, so we still own `raw`.
-        drop(unsafe { Managed::<M>::from_raw(raw.as_ptr().cast()) });
+        // SAFETY: capsule creation failed, so we still own `raw`; no consumer saw it.
+        if let Ok(tensor) = unsafe { Managed::<M>::from_raw(raw.as_ptr().cast()) } {
+            drop_unconsumed(tensor);
+        }
         BridgeError::producer("PyCapsule_New", err)
     })
 }
@@ -113,7 +157,9 @@ unsafe extern "C" fn release_unconsumed<M: CapsuleAbi>(capsule: *mut ffi::PyObje
     // SAFETY: valid under M::NAME, so the pointer is our unconsumed tensor of ABI `M`.
     let raw = unsafe { ffi::PyCapsule_GetPointer(capsule, M::NAME.as_ptr()) };
     // SAFETY: nobody else owns an unconsumed tensor; dropping it calls its deleter once.
-    drop(unsafe { Managed::<M>::from_raw(raw.cast()) });
+    if let Ok(tensor) = unsafe { Managed::<M>::from_raw(raw.cast()) } {
+        drop_unconsumed(tensor);
+    }
     // SAFETY: restores exactly what was fetched (ownership of the three references returns).
     unsafe { ffi::PyErr_Restore(kind, value, traceback) };
 }
