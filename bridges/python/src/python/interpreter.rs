@@ -124,8 +124,8 @@ fn lookup() -> Option<Lookup> {
 }
 
 /// Whether the CPython whose `Py_GetVersion()` is `version` keeps the current thread state per
-/// thread: 3.12 and later. An unreadable version counts as not (the check it adds is exact on
-/// every version; it only costs a call).
+/// thread: 3.12 and later. An unreadable version counts as not: the comparison that adds
+/// ([`this_thread`]) is safe on every version, and costs a call.
 fn thread_state_is_per_thread(version: &CStr) -> bool {
     let version = version.to_bytes();
     let number = |part: &[u8]| std::str::from_utf8(part).ok()?.parse::<u32>().ok();
@@ -210,6 +210,12 @@ fn not_its_own() -> ThisThread {
 /// thread at any time; never a fatal error (see the module docs).
 #[inline]
 pub(crate) fn this_thread() -> ThisThread {
+    this_thread_through(lookup)
+}
+
+/// [`this_thread`] with the thread-state function from `lookup` (the tests take it away).
+#[inline(always)]
+fn this_thread_through(lookup: impl FnOnce() -> Option<Lookup>) -> ThisThread {
     // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
     if unsafe { ffi::Py_IsInitialized() } == 0 {
         return ThisThread::Detached;
@@ -524,22 +530,30 @@ mod tests {
         let elsewhere = std::thread::spawn(|| format!("{:?}", this_thread()))
             .join()
             .unwrap();
-        // Detached, or (3.10, 3.11) another test's thread state while it holds the GIL.
-        assert!(
-            elsewhere == "Detached" || elsewhere == "NotItsOwn",
-            "a new thread is attached to nothing: {elsewhere}"
+        // Whether or not another test holds the GIL meanwhile: no sub-interpreter exists in this
+        // process (tests/sub_interpreter.rs makes one in its own), so it may wait for the GIL.
+        assert_eq!(elsewhere, "Detached", "a new thread is attached to nothing");
+        Python::attach(|py| assert!(admit_this_thread(py).is_ok()));
+        // Where the thread state cannot be told or is not the thread's own: refused, naming
+        // what to do, never aborted.
+        for (refused, wanted) in [
+            (ThisThread::NotItsOwn, "3.12 or later"),
+            (ThisThread::Unknown, "_PyThreadState_UncheckedGet"),
+        ] {
+            let refusal = refused.refusal().unwrap();
+            assert_eq!(refusal.code(), ErrorCode::Interpreter);
+            let message = refusal.to_string();
+            assert!(message.contains(wanted), "{message}");
+        }
+        // Without either name, even a thread that holds the GIL is not asked through
+        // `PyInterpreterState_Get` (which aborts where there is no thread state): refused.
+        assert_eq!(
+            Python::attach(|_| this_thread_through(|| None)),
+            ThisThread::Unknown
         );
-        let refusal = Python::attach(|py| {
-            // A thread attached to nothing after taking the GIL cannot be: refused, not aborted.
-            assert!(admit_this_thread(py).is_ok());
-            ThisThread::NotItsOwn.refusal()
-        })
-        .unwrap();
-        assert!(matches!(refusal, BridgeError::ThreadStateNotItsOwn));
-        assert_eq!(refusal.code(), ErrorCode::Interpreter);
-        let message = refusal.to_string();
-        assert!(message.contains("not this thread's own"), "{message}");
-        assert!(message.contains("3.12 or later"), "{message}");
+        assert!(ThisThread::Detached.refusal().is_none());
+        assert!(!ThisThread::Detached.holds_the_served_gil());
+        assert!(!ThisThread::NotItsOwn.holds_the_served_gil());
     }
 
     /// 3.10 and 3.11 keep one current thread state for the process: while another thread holds
