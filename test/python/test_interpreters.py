@@ -7,8 +7,12 @@ In a child process: once a sub-interpreter exists CPython disables `PyGILState_C
 rest of the process (it answers yes on every thread), so both interpreters call through
 ctypes.PyDLL, which keeps the GIL held; then the main interpreter calls once more through
 ctypes.CDLL, which releases it: that thread has no thread state, and the call must take the GIL
-rather than ask the interpreter of a thread state it lacks (a fatal error: the process aborted
-before the bridge asked without one, bridges/python/src/python/interpreter.rs)."""
+rather than ask the interpreter of a thread state it lacks (`PyInterpreterState_Get` would end
+the process with a fatal error). On 3.10 and 3.11, where the current thread state is the GIL
+holder's for the whole process, the sub-interpreter's call is refused for a thread state that is
+not its thread's own, which is all the bridge can tell there (see
+bridges/python/src/python/interpreter.rs; bridges/python/tests/sub_interpreter.rs covers the
+threads)."""
 
 import ctypes
 import os
@@ -86,7 +90,11 @@ def test_a_sub_interpreter_is_refused_and_the_first_still_served(bridge):
     assert child.returncode == 0, report
     lines = child.stdout.splitlines()
     assert lines[0] == "main: served", report
-    assert lines[1].startswith("sub: refused: RsDLPack's Python bridge serves one interpreter per process"), report
-    assert "sub-interpreter 1" in lines[1] and "call from the main interpreter" in lines[1], report
+    if sys.version_info >= (3, 12):
+        assert lines[1].startswith("sub: refused: RsDLPack's Python bridge serves one interpreter per process"), report
+        assert "sub-interpreter 1" in lines[1] and "call from the main interpreter" in lines[1], report
+    else:
+        assert lines[1].startswith("sub: refused: the current Python thread state is not this thread's own"), report
+        assert "in the main interpreter" in lines[1], report
     assert lines[2] == "main: still served", report
     assert lines[3] == "main, GIL released: served", report

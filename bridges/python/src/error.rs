@@ -106,15 +106,33 @@ pub enum BridgeError {
     #[error("the Python interpreter is not running")]
     InterpreterNotRunning,
 
-    /// A thread with no Python thread state that `PyGILState_Check` counted as holding the GIL
-    /// (it does on every thread once a sub-interpreter exists): see
-    /// [`crate::python::interpreter`].
+    /// A thread still attached to no interpreter where it should hold the GIL (see
+    /// [`crate::python::interpreter`]).
     #[error(
-        "this thread has no Python thread state, though Python's PyGILState_Check answered that \
-         it holds the GIL (CPython answers so on every thread once a sub-interpreter exists); \
-         call with the GIL taken (PyGILState_Ensure, or ctypes.PyDLL rather than ctypes.CDLL)"
+        "this thread has no Python thread state, though it should hold the GIL here; call with \
+         the GIL taken (PyGILState_Ensure, or ctypes.PyDLL rather than ctypes.CDLL)"
     )]
     NoThreadState,
+
+    /// 3.10 and 3.11: a current thread state that is not this thread's own (see
+    /// [`crate::python::interpreter`]).
+    #[error(
+        "the current Python thread state is not this thread's own: on Python 3.10 and 3.11, \
+         once a sub-interpreter has existed, the bridge cannot tell a thread that does not hold \
+         the GIL while another does (calling Python would be unsafe) from one that holds it in \
+         a sub-interpreter (taking the GIL would deadlock), so it refuses both; call from the \
+         thread that holds the GIL, in the main interpreter (or use Python 3.12 or later)"
+    )]
+    ThreadStateNotItsOwn,
+
+    /// A CPython without either function that reads the current thread state without a fatal
+    /// error (see [`crate::python::interpreter`]).
+    #[error(
+        "this Python exports neither PyThreadState_GetUnchecked nor \
+         _PyThreadState_UncheckedGet, so the bridge cannot tell whether this thread holds the \
+         GIL without risking an abort; use a CPython release the bridge names (3.10 or later)"
+    )]
+    NoThreadStateLookup,
 
     /// An interpreter whose build the exporter is not laid out for (see
     /// [`crate::python::interpreter`]).
@@ -341,6 +359,8 @@ impl BridgeError {
             Producer { .. } => ErrorCode::Producer,
             InterpreterNotRunning
             | NoThreadState
+            | ThreadStateNotItsOwn
+            | NoThreadStateLookup
             | UnsupportedInterpreter { .. }
             | OtherInterpreter { .. } => ErrorCode::Interpreter,
             Panic { .. } => ErrorCode::Internal,
@@ -449,6 +469,8 @@ mod tests {
             BridgeError::GilNotHeld { function: "f" },
             BridgeError::InterpreterNotRunning,
             BridgeError::NoThreadState,
+            BridgeError::ThreadStateNotItsOwn,
+            BridgeError::NoThreadStateLookup,
             BridgeError::PlanOption {
                 what: "target",
                 value: 7,

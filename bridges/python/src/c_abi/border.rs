@@ -15,6 +15,7 @@
 
 use super::values::RSDLPACK_CALL_REFUSE_WITHOUT_GIL;
 use crate::error::{BridgeError, BridgeResult};
+use crate::python::interpreter::ThisThread;
 use crate::python::release;
 use pyo3::{Bound, PyAny, Python, ffi};
 use std::ffi::{CString, c_char};
@@ -108,30 +109,29 @@ pub(crate) fn attached<T>(
     attach: Attach,
     body: impl for<'py> FnOnce(Python<'py>) -> BridgeResult<T>,
 ) -> BridgeResult<T> {
-    // Without a thread state this thread holds no GIL, whatever `PyGILState_Check` says (it
-    // says yes on every thread once a sub-interpreter exists): it attaches as below.
-    let fast = release::this_thread_holds_the_gil()
-        .then(|| crate::python::interpreter::current(true))
-        .flatten();
-    if let Some(current) = fast {
+    let this_thread = crate::python::interpreter::this_thread();
+    if let ThisThread::Attached(current) = this_thread {
         // The common case (Julia's PyCall and PythonCall call with the GIL held): no
         // `PyGILState_Ensure`/`Release` pair and no pyo3 bookkeeping on each call from C
         // (BENCHMARKS.md). pyo3 does not count this thread as attached, so a `Py` dropped
         // here would be decref'd only at pyo3's next attach: see `crate::python::attach` for
         // how none is left.
-        // SAFETY: this thread holds the GIL of a running interpreter: `PyGILState_Check` says
-        // so, exactly with one interpreter (the only setup pyo3 and the GILState API support,
-        // see `this_thread_holds_the_gil`), and the thread has a current thread state.
+        // SAFETY: this thread is attached to `current` through its own thread state, so it
+        // holds that interpreter's GIL (`crate::python::interpreter::this_thread`).
         let py = unsafe { Python::assume_attached() };
         // Before anything that could attach through pyo3: in a sub-interpreter, pyo3's attach
         // (`PyGILState_Ensure`) would wait for the GIL this thread holds.
-        crate::python::interpreter::admit(py, Some(current))?;
+        crate::python::interpreter::admit(py, current)?;
         let result = body(py);
         if result.is_err() {
             // Error paths drop exceptions (and their tracebacks) wherever they arise.
             crate::python::attach::drain_deferred();
         }
         return result;
+    }
+    // Taking the GIL is safe only for a detached thread (see `ThisThread`).
+    if let Some(refusal) = this_thread.refusal() {
+        return Err(refusal);
     }
     if let Attach::OnlyIfHeld { function } = attach {
         // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
@@ -143,7 +143,7 @@ pub(crate) fn attached<T>(
         });
     }
     Python::try_attach(|py| {
-        crate::python::interpreter::admit(py, crate::python::interpreter::current(true))?;
+        crate::python::interpreter::admit_this_thread(py)?;
         body(py)
     })
     .unwrap_or_else(|| Err(BridgeError::InterpreterNotRunning))

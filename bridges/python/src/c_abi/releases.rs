@@ -1,11 +1,10 @@
 //! Releases of managed tensors, now or queued for a thread that holds the GIL (see
 //! [`crate::python::release`]).
 
-use super::border::{attach_for, attached, entry_point, quietly};
+use super::border::{Attach, attach_for, attached, entry_point, quietly};
 use super::values::RSDLPACK_CALL_REFUSE_WITHOUT_GIL;
 use crate::error::BridgeResult;
 use crate::python::release;
-use pyo3::Python;
 use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use std::ffi::c_char;
@@ -36,7 +35,11 @@ pub unsafe extern "C" fn rsdlpack_tensor_release(tensor: *mut DLManagedTensorVer
 #[unsafe(no_mangle)]
 pub extern "C" fn rsdlpack_py_flush_releases() -> usize {
     quietly(0, || {
-        Python::try_attach(|py| release::drain(py, release::Wait::Yes)).unwrap_or(0)
+        // As every entry point: a thread that cannot safely take the GIL is refused (0).
+        attached(Attach::Wait, |py| {
+            Ok(release::drain(py, release::Wait::Yes))
+        })
+        .unwrap_or(0)
     })
 }
 

@@ -17,6 +17,7 @@
 //! The offsets are checked once per process against arrays read through Python
 //! ([`layout_is_as_expected`]); if any differs, every array goes through `__dlpack__`.
 
+use crate::python::interpreter::ThisThread;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -24,7 +25,7 @@ use rsdlpack::dlpark::DlpackFlags;
 use rsdlpack::dlpark::ffi::{
     DLDevice, DLDeviceType, DLManagedTensorVersioned, DLPackVersion, DLTensor,
 };
-use rsdlpack::{ElementType, ManagedTensor};
+use rsdlpack::{ElementType, ManagedTensor, PendingRelease};
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_long, c_void};
 
@@ -215,18 +216,31 @@ unsafe extern "C" fn release_array(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
+    // The bridge runs Python producers' deleters with the GIL held (see `crate::python::release`);
+    // like NumPy's own deleter, this one takes it should anyone else call it without, and where
+    // neither is safe (see `ThisThread::NotItsOwn`), queues itself for a thread that holds it.
+    let this_thread = crate::python::interpreter::this_thread();
+    let holds_the_gil = this_thread.holds_the_served_gil();
+    if !holds_the_gil && this_thread != ThisThread::Detached {
+        // SAFETY: `managed` is an `ArrayTensor` from `export_directly`, handed to this deleter
+        // once (DLPack's contract): owned again, its deleter (this one) runs when the queue is
+        // drained, on a thread that holds the GIL.
+        if let Ok(tensor) = unsafe { ManagedTensor::from_versioned_raw(managed) } {
+            crate::python::release::defer(PendingRelease::unordered(tensor));
+        }
+        return;
+    }
     // SAFETY: `managed` is the first field of an `ArrayTensor` boxed by `export_directly`,
     // handed to this deleter once (DLPack's contract).
     let tensor = unsafe { Box::from_raw(managed.cast::<ArrayTensor>()) };
     let array = tensor.managed.manager_ctx.cast::<ffi::PyObject>();
     drop(tensor);
-    // The bridge runs Python producers' deleters with the GIL held (see `crate::python::release`);
-    // like NumPy's own deleter, this one takes it should anyone else call it without.
-    if crate::python::release::this_thread_holds_the_gil() {
+    if holds_the_gil {
         // SAFETY: the GIL is held; `array` is the strong reference `export_directly` took.
         unsafe { ffi::Py_DECREF(array) };
     } else {
-        // SAFETY: as above, with the GIL taken for the call.
+        // SAFETY: as above, with the GIL taken for the call (this thread is detached, so
+        // taking it waits for no one but the holder).
         unsafe {
             let state = ffi::PyGILState_Ensure();
             ffi::Py_DECREF(array);

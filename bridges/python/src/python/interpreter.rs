@@ -16,18 +16,24 @@
 //! tests feed with a free-threaded build's facts); every later attach compares the current
 //! interpreter with the first one.
 //!
-//! The current interpreter is read through the thread's thread state, asked for without a
-//! fatal error ([`current`]): `PyInterpreterState_Get` aborts the process on a thread that
-//! has none, and an entry point can get there. `PyGILState_Check`, which decides whether a call
-//! takes the GIL, answers yes on every thread once a sub-interpreter exists (CPython disables
-//! the check for the rest of the process), so a C caller that released the GIL (ctypes' `CDLL`,
-//! a thread Python never saw) would reach the interpreter check with no thread state. Such a
-//! call now takes the GIL as any call without it does (`c_abi::border::attached`), and the
-//! check itself refuses rather than aborts ([`BridgeError::NoThreadState`]).
+//! Where the calling thread stands ([`this_thread`]) is read from its current thread state,
+//! asked for without a fatal error: `PyInterpreterState_Get` aborts the process on a thread
+//! that has none, and an entry point can get there. `PyGILState_Check` cannot decide it: CPython
+//! disables that check once a sub-interpreter exists (it answers yes on every thread for the
+//! rest of the process). Nor is the current thread state this thread's own before 3.12: 3.10 and
+//! 3.11 keep one current thread state for the whole process (the GIL holder's), 3.12 made it
+//! thread-local. So before 3.12 a thread counts as attached only when the current thread state
+//! is the one the GILState API bound to this thread (`PyGILState_GetThisThreadState`, which is
+//! what `PyGILState_Check` compares while it is enabled): exact for the interpreter the bridge
+//! serves. Any other current thread state is another thread's (this one holds no GIL, and may
+//! wait for it), or, once a sub-interpreter has existed, possibly this thread's in it (taking the
+//! GIL would wait for itself): `PyGILState_Check`, still enabled while none has, tells the first
+//! case; after, nothing tells the two apart, so such a call is refused
+//! ([`BridgeError::ThreadStateNotItsOwn`]) and a release is queued, never run there.
 
 use crate::error::{BridgeError, BridgeResult};
 use pyo3::{Python, ffi};
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -75,11 +81,11 @@ pub(crate) fn layout_refusal(facts: &InterpreterFacts) -> Option<BridgeError> {
 }
 
 /// `PyThreadState_GetUnchecked` (3.13 and later) or `_PyThreadState_UncheckedGet` (3.5 to
-/// 3.12): the calling thread's current thread state, or null, never a fatal error. No one name
-/// exists in every CPython the abi3 build serves: 3.13 added the first and made the second an
-/// inline alias of it (no symbol), and the limited API has neither (pyo3-ffi 0.30 declares the
-/// first for `Py_3_13`, the second before, both outside `Py_LIMITED_API`). So the function is
-/// looked up in the process once (`dlsym`, where the library's other Python symbols resolve).
+/// 3.12): the current thread state, or null, never a fatal error. No one name exists in every
+/// CPython the abi3 build serves: 3.13 added the first and made the second an inline alias of it
+/// (no symbol), and the limited API has neither (pyo3-ffi 0.30 declares the first for
+/// `Py_3_13`, the second before, both outside `Py_LIMITED_API`). So the function is looked up
+/// in the process once (`dlsym`, where the library's other Python symbols resolve).
 type UncheckedGet = unsafe extern "C" fn() -> *mut ffi::PyThreadState;
 
 /// The names [`UncheckedGet`] is looked up by, newest first.
@@ -88,51 +94,155 @@ const UNCHECKED_GET_NAMES: [&CStr; 2] = [
     c"_PyThreadState_UncheckedGet",
 ];
 
-/// [`UncheckedGet`], looked up once (`None`: neither name is in the process).
-fn unchecked_get() -> Option<UncheckedGet> {
-    static FOUND: OnceLock<Option<UncheckedGet>> = OnceLock::new();
+/// [`UncheckedGet`] as found in the process.
+#[derive(Clone, Copy)]
+struct Lookup {
+    get: UncheckedGet,
+    /// Whether the answer is the calling thread's own (3.12 and later: a thread-local), rather
+    /// than the GIL holder's, whichever thread that is (3.10, 3.11).
+    per_thread: bool,
+}
+
+/// [`Lookup`], made once (`None`: neither name is in the process).
+fn lookup() -> Option<Lookup> {
+    static FOUND: OnceLock<Option<Lookup>> = OnceLock::new();
     *FOUND.get_or_init(|| {
-        UNCHECKED_GET_NAMES.iter().find_map(|name| {
+        let get = UNCHECKED_GET_NAMES.iter().find_map(|name| {
             // SAFETY: a NUL-terminated name, looked up in the process's global scope.
             let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
             // SAFETY: CPython's function of that name has this signature (both names).
             (!symbol.is_null())
                 .then(|| unsafe { std::mem::transmute::<*mut c_void, UncheckedGet>(symbol) })
+        })?;
+        // SAFETY: `Py_GetVersion` may be called at any time; it returns a static string.
+        let version = unsafe { CStr::from_ptr(ffi::Py_GetVersion()) };
+        Some(Lookup {
+            get,
+            per_thread: thread_state_is_per_thread(version),
         })
     })
 }
 
-/// The interpreter of the calling thread's current thread state, or `None` when the thread has
-/// none (it is not attached to any interpreter: calling Python there would abort). Callable on
-/// any thread once the interpreter is initialised. Where neither lookup name exists (a CPython
-/// this bridge does not know), `PyInterpreterState_Get`, which aborts without a thread state,
-/// is the fallback: only for a caller that holds the GIL (`holds_the_gil`).
-pub(crate) fn current(holds_the_gil: bool) -> Option<*mut ffi::PyInterpreterState> {
-    match unchecked_get() {
-        Some(get) => {
-            // SAFETY: reads the thread's current thread state, null when none (no fatal error).
-            let state = unsafe { get() };
-            // SAFETY: a live thread state (this thread's own); its interpreter outlives it.
-            (!state.is_null()).then(|| unsafe { ffi::PyThreadState_GetInterpreter(state) })
-        }
-        // SAFETY: the caller holds the GIL, so this thread has a current thread state.
-        None if holds_the_gil => Some(unsafe { ffi::PyInterpreterState_Get() }),
-        None => None,
+/// Whether the CPython whose `Py_GetVersion()` is `version` keeps the current thread state per
+/// thread: 3.12 and later. An unreadable version counts as not: the comparison that adds
+/// ([`this_thread`]) is safe on every version, and costs a call.
+fn thread_state_is_per_thread(version: &CStr) -> bool {
+    let version = version.to_bytes();
+    let number = |part: &[u8]| std::str::from_utf8(part).ok()?.parse::<u32>().ok();
+    let mut parts = version
+        .split(|&b| b == b' ')
+        .next()
+        .unwrap_or_default()
+        .split(|&b| b == b'.');
+    match (parts.next().and_then(number), parts.next().and_then(number)) {
+        (Some(major), Some(minor)) => (major, minor) >= (3, 12),
+        _ => false,
     }
 }
 
-/// Refuses the attached interpreter unless it is the one the bridge serves (the first one, its
-/// build checked then). Every entry point calls it once it holds the GIL; `current` is
-/// [`current`]'s answer, and a thread with no thread state is refused
-/// ([`BridgeError::NoThreadState`]), never aborted.
+/// Where the calling thread stands with the interpreters ([`this_thread`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ThisThread {
+    /// Attached, through its own thread state, to this interpreter: it holds that interpreter's
+    /// GIL and may call Python there.
+    Attached(*mut ffi::PyInterpreterState),
+    /// Attached to no interpreter (or none is running): it holds no GIL, and may take it
+    /// (`PyGILState_Ensure`).
+    Detached,
+    /// 3.10 and 3.11, once a sub-interpreter has existed: the current thread state is not the
+    /// one bound to this thread. Either another thread holds the GIL, or this thread holds it
+    /// in a sub-interpreter: calling Python is unsafe in the first case, taking the GIL
+    /// deadlocks in the second.
+    NotItsOwn,
+    /// Neither lookup name is in the process (a CPython this bridge does not know): nothing
+    /// can be told without risking `PyInterpreterState_Get`'s abort.
+    Unknown,
+}
+
+impl ThisThread {
+    /// Why an entry point cannot run on this thread, or `None` where it may: attached (then
+    /// admitted or refused by [`admit`]) or detached (then it takes the GIL).
+    pub(crate) fn refusal(self) -> Option<BridgeError> {
+        match self {
+            Self::Attached(_) | Self::Detached => None,
+            Self::NotItsOwn => Some(BridgeError::ThreadStateNotItsOwn),
+            Self::Unknown => Some(BridgeError::NoThreadStateLookup),
+        }
+    }
+
+    /// Whether this thread holds the GIL of the interpreter the bridge serves (or of the one it
+    /// will serve, when none has been served yet): where Python producers' deleters may run.
+    #[inline]
+    pub(crate) fn holds_the_served_gil(self) -> bool {
+        match self {
+            Self::Attached(interpreter) => {
+                let served = SERVED.load(Ordering::Acquire);
+                served.is_null() || served == interpreter
+            }
+            _ => false,
+        }
+    }
+}
+
+unsafe extern "C" {
+    // Not in the limited API headers that pyo3's abi3 mode exposes, but exported by every
+    // CPython since 3.4; resolved from the host process like every other Python symbol.
+    fn PyGILState_Check() -> c_int;
+}
+
+/// [`this_thread`] before 3.12, for a current thread state that is not the one the GILState API
+/// bound to this thread. While no sub-interpreter has existed, `PyGILState_Check` makes that
+/// very comparison and answers no: another thread holds the GIL, and this one, which cannot
+/// hold it through a second thread state of the one interpreter, may wait for it. Once one has
+/// existed (CPython then disables the check: it answers yes), this thread may hold the GIL in
+/// it: nothing tells which.
+#[cold]
+fn not_its_own() -> ThisThread {
+    // SAFETY: callable from any thread once the interpreter is initialised.
+    if unsafe { PyGILState_Check() } == 0 {
+        ThisThread::Detached
+    } else {
+        ThisThread::NotItsOwn
+    }
+}
+
+/// Where the calling thread stands: attached to which interpreter, or not. Callable on any
+/// thread at any time; never a fatal error (see the module docs).
 #[inline]
-pub(crate) fn admit(
-    py: Python<'_>,
-    current: Option<*mut ffi::PyInterpreterState>,
-) -> BridgeResult<()> {
-    let Some(current) = current else {
-        return Err(BridgeError::NoThreadState);
+pub(crate) fn this_thread() -> ThisThread {
+    this_thread_through(lookup)
+}
+
+/// [`this_thread`] with the thread-state function from `lookup` (the tests take it away).
+#[inline(always)]
+fn this_thread_through(lookup: impl FnOnce() -> Option<Lookup>) -> ThisThread {
+    // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
+    if unsafe { ffi::Py_IsInitialized() } == 0 {
+        return ThisThread::Detached;
+    }
+    let Some(Lookup { get, per_thread }) = lookup() else {
+        return ThisThread::Unknown;
     };
+    // SAFETY: reads the current thread state, null when none (no fatal error).
+    let state = unsafe { get() };
+    if state.is_null() {
+        return ThisThread::Detached;
+    }
+    // Before 3.12 `state` is the GIL holder's: this thread's only if the GILState API bound it
+    // to this thread. SAFETY: callable from any thread once the interpreter is initialised.
+    if !per_thread && state != unsafe { ffi::PyGILState_GetThisThreadState() } {
+        return not_its_own();
+    }
+    // SAFETY: this thread's current thread state, live while it stays attached (as it does
+    // for this call); its interpreter outlives it.
+    ThisThread::Attached(unsafe { ffi::PyThreadState_GetInterpreter(state) })
+}
+
+/// Refuses `current`, the interpreter this thread is attached to ([`ThisThread::Attached`]),
+/// unless it is the one the bridge serves (the first one, its build checked then). Every entry
+/// point calls it once it holds the GIL.
+#[inline]
+pub(crate) fn admit(py: Python<'_>, current: *mut ffi::PyInterpreterState) -> BridgeResult<()> {
     if current == SERVED.load(Ordering::Acquire) {
         return Ok(());
     }
@@ -142,6 +252,16 @@ pub(crate) fn admit(
         || layout_refusal(&facts(py)),
         || other_interpreter(current),
     )
+}
+
+/// [`admit`] for a thread that has just taken the GIL: attached, or refused as
+/// [`ThisThread::refusal`] says ([`BridgeError::NoThreadState`] if it is still detached).
+pub(crate) fn admit_this_thread(py: Python<'_>) -> BridgeResult<()> {
+    match this_thread() {
+        ThisThread::Attached(current) => admit(py, current),
+        ThisThread::Detached => Err(BridgeError::NoThreadState),
+        other => Err(other.refusal().unwrap_or(BridgeError::NoThreadState)),
+    }
 }
 
 /// [`admit`] past its fast check, over any record of the served interpreter (the tests fake
@@ -353,9 +473,11 @@ mod tests {
                 .unwrap();
             assert_eq!(facts.version, version);
             assert!(layout_refusal(&facts).is_none());
-            let here = current(true);
-            assert!(here.is_some(), "an attached thread has a thread state");
+            let ThisThread::Attached(here) = this_thread() else {
+                panic!("an attached thread is attached: {:?}", this_thread());
+            };
             assert!(admit(py, here).is_ok());
+            assert!(this_thread().holds_the_served_gil());
             // SAFETY: attached.
             assert_eq!(SERVED.load(Ordering::Acquire), unsafe {
                 ffi::PyInterpreterState_Get()
@@ -363,28 +485,102 @@ mod tests {
         });
     }
 
+    #[test]
+    fn the_thread_state_is_per_thread_from_3_12() {
+        for (version, per_thread) in [
+            (c"3.10.13 (main, Nov  1 2023, 10:00:00) [GCC 12.2.0]", false),
+            (c"3.11.7 (main, Dec  6 2026)", false),
+            (c"3.12.1 (main)", true),
+            (c"3.13.0 experimental free-threading build", true),
+            (c"3.14.0rc1", true),
+            (c"4.0.0", true),
+            (c"3.9.18", false),
+            (c"", false),
+            (c"banana", false),
+        ] {
+            assert_eq!(
+                thread_state_is_per_thread(version),
+                per_thread,
+                "{version:?}"
+            );
+        }
+        // This process's: the venv's interpreter, looked up by one of the two names.
+        let Lookup { per_thread, .. } = lookup().expect("a thread-state lookup name");
+        Python::attach(|py| {
+            assert_eq!(per_thread, py.version_info() >= (3, 12));
+        });
+    }
+
     /// Holds on every CPython the bridge serves: the thread-state lookup finds one of its two
-    /// names, answers this (attached) thread's interpreter, and none for a thread Python never
-    /// saw, which the interpreter check refuses, naming what to do, instead of aborting.
+    /// names, answers this (attached) thread's interpreter, and never an interpreter for a
+    /// thread Python never saw, which the interpreter check refuses, naming what to do,
+    /// instead of aborting.
     #[test]
     fn a_thread_without_a_thread_state_is_refused_not_aborted() {
         assert!(
-            unchecked_get().is_some(),
+            lookup().is_some(),
             "neither {UNCHECKED_GET_NAMES:?} is in the process"
         );
-        let attached = Python::attach(|_| current(true));
         // SAFETY: attached, so this thread has a current thread state.
         let expected = Python::attach(|_| unsafe { ffi::PyInterpreterState_Get() });
-        assert_eq!(attached, Some(expected));
-        let elsewhere = std::thread::spawn(|| current(false).map(|p| p as usize))
+        assert_eq!(
+            Python::attach(|_| this_thread()),
+            ThisThread::Attached(expected)
+        );
+        let elsewhere = std::thread::spawn(|| format!("{:?}", this_thread()))
             .join()
             .unwrap();
-        assert_eq!(elsewhere, None, "a new thread has no thread state");
-        let refusal = Python::attach(|py| admit(py, None)).unwrap_err();
-        assert!(matches!(refusal, BridgeError::NoThreadState));
-        assert_eq!(refusal.code(), ErrorCode::Interpreter);
-        let message = refusal.to_string();
-        assert!(message.contains("no Python thread state"), "{message}");
+        // Whether or not another test holds the GIL meanwhile: no sub-interpreter exists in this
+        // process (tests/sub_interpreter.rs makes one in its own), so it may wait for the GIL.
+        assert_eq!(elsewhere, "Detached", "a new thread is attached to nothing");
+        Python::attach(|py| assert!(admit_this_thread(py).is_ok()));
+        // Where the thread state cannot be told or is not the thread's own: refused, naming
+        // what to do, never aborted.
+        for (refused, wanted) in [
+            (ThisThread::NotItsOwn, "3.12 or later"),
+            (ThisThread::Unknown, "_PyThreadState_UncheckedGet"),
+        ] {
+            let refusal = refused.refusal().unwrap();
+            assert_eq!(refusal.code(), ErrorCode::Interpreter);
+            let message = refusal.to_string();
+            assert!(message.contains(wanted), "{message}");
+        }
+        // Without either name, even a thread that holds the GIL is not asked through
+        // `PyInterpreterState_Get` (which aborts where there is no thread state): refused.
+        assert_eq!(
+            Python::attach(|_| this_thread_through(|| None)),
+            ThisThread::Unknown
+        );
+        assert!(ThisThread::Detached.refusal().is_none());
+        assert!(!ThisThread::Detached.holds_the_served_gil());
+        assert!(!ThisThread::NotItsOwn.holds_the_served_gil());
+    }
+
+    /// 3.10 and 3.11 keep one current thread state for the process: while another thread holds
+    /// the GIL, a thread without it must not be taken for the holder (it would call Python
+    /// without the GIL, and release the holder's GIL to wait), nor refused while no
+    /// sub-interpreter has existed (it may wait for the GIL).
+    #[test]
+    fn a_thread_without_the_gil_is_not_taken_for_the_holder() {
+        let (asked, answered) = std::sync::mpsc::channel();
+        let (answer, holder_answer) = Python::attach(|_| {
+            let holder = this_thread();
+            // This thread holds the GIL until the other has answered.
+            let answer = std::thread::spawn(move || {
+                let answer = this_thread();
+                let holds = answer.holds_the_served_gil();
+                asked.send(()).unwrap();
+                (format!("{answer:?}"), holds)
+            });
+            answered.recv().unwrap();
+            (answer.join().unwrap(), holder)
+        });
+        assert!(matches!(holder_answer, ThisThread::Attached(_)));
+        let (answer, holds) = answer;
+        assert!(!holds, "{answer}");
+        // No sub-interpreter exists in this process (tests/sub_interpreter.rs makes one in its
+        // own): the thread may wait for the GIL.
+        assert_eq!(answer, "Detached", "a thread without the GIL");
     }
 
     #[test]

@@ -30,7 +30,6 @@ use rsdlpack::dlpark::Managed;
 use rsdlpack::dlpark::ffi::DLManagedTensorVersioned;
 use rsdlpack::export::forward::forward_versioned;
 use rsdlpack::{ImportedTensor, PendingRelease};
-use std::os::raw::c_int;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -41,24 +40,17 @@ static PENDING: Mutex<Vec<PendingRelease>> = Mutex::new(Vec::new());
 /// Whether `PENDING` may be non-empty: lets every bridge call skip the lock when it is not.
 static MAYBE_PENDING: AtomicBool = AtomicBool::new(false);
 
-unsafe extern "C" {
-    // Not in the limited API headers that pyo3's abi3 mode exposes, but exported by every
-    // CPython since 3.4; resolved from the host process like every other Python symbol.
-    fn PyGILState_Check() -> c_int;
-}
-
-/// Whether the calling thread holds the GIL of a running interpreter.
-///
-/// Known limit: CPython disables this check once a subinterpreter exists (it then always
-/// answers yes), so with subinterpreters a release on a thread without the GIL would take it
-/// and could block. Julia's PyCall and PythonCall use the main interpreter only.
+/// Whether the calling thread holds the GIL of the interpreter the bridge serves, through its
+/// own thread state: where a Python producer's deleter may run (see
+/// [`super::interpreter::this_thread`]). Never answers yes for a thread that holds no GIL,
+/// before or after a sub-interpreter has existed (`PyGILState_Check` alone would: CPython
+/// disables it then), on any version (3.10 and 3.11 keep one current thread state for the
+/// process). It answers no, and the release waits in the queue, for a thread that holds the GIL
+/// in a sub-interpreter (on 3.10 and 3.11, after one has existed, nothing tells that thread from
+/// one that does not hold the GIL).
+#[inline]
 pub fn this_thread_holds_the_gil() -> bool {
-    // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
-    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
-        return false;
-    }
-    // SAFETY: callable from any thread once the interpreter is initialised.
-    unsafe { PyGILState_Check() == 1 }
+    super::interpreter::this_thread().holds_the_served_gil()
 }
 
 /// Releases `tensor` now when this thread holds the GIL (an explicit release from a C entry
@@ -80,14 +72,8 @@ pub fn release_here_or_defer(mut tensor: PendingRelease) -> rsdlpack::Result<()>
         return Ok(());
     }
     if !tensor.is_ready() {
-        // Releasing the GIL needs a thread state, which `PyGILState_Check` does not prove once
-        // a sub-interpreter exists (`PyEval_SaveThread` without one is a fatal error): queued.
-        if super::interpreter::current(true).is_none() {
-            defer(tensor);
-            return Ok(());
-        }
-        // SAFETY: this thread holds the GIL (just checked; see `this_thread_holds_the_gil`)
-        // and has a thread state.
+        // SAFETY: this thread holds the GIL through its own thread state (just checked, see
+        // `this_thread_holds_the_gil`), which `PyEval_SaveThread` needs.
         let py = unsafe { pyo3::Python::assume_attached() };
         py.detach(|| tensor.wait());
         if !tensor.is_waited() {
