@@ -25,13 +25,16 @@ The MLP is Linear(4096 => 16), Tanh, Linear(16 => 4096), called as the Lux layer
 their cotangents are 64 × 4096 float32 (1 MiB) at batch 64 and 4096 × 4096 (64 MiB) at batch
 4096 — the arrays that cross. Each path runs in turn, round after round (in alternating order,
 after one warm-up call each), so that a slow stretch of the machine hits all alike; medians are
-printed. "bridge calls" is the time spent in RsDLPack's C calls within a step, "copies" the
-NumPy bridge's copies: the two overheads that scale, or do not, with the size of what crosses.
+printed. "bridge calls" is the time spent in RsDLPack's C calls within a step, "peers
+from_dlpack" the same crossings made in the same places by torch's and NumPy's own from_dlpack
+(a path of its own in the rotation), "copies" the NumPy bridge's copies: the overheads that scale,
+or do not, with the size of what crosses.
 The last lines read the cost per call apart, on a 4-wide MLP at batch 2 (where torch's own work
 is smallest: the fixed cost) and on the MLP above at batch 64, for the Lux layer's call (`Module`,
 against torch alone and against functional_call) and for a frozen module as a function of its
 input (`Function`, against torch alone differentiating the input only): the Python half alone,
-ctypes' cost as the step runs, and the bridge's C calls.
+ctypes' cost as the step runs, the bridge's C calls, and the same crossings made by the peers'
+own from_dlpack (torch's and NumPy's) in the same step, the floor any DLPack bridge reads against.
 """
 
 import ctypes
@@ -201,6 +204,33 @@ class Rsdlpack:
             glue["rsdlpack_py_take_released_roots"]()
         return forward.outputs[0]
 
+    def step_through_peers(self, params, x, cotangent, timer=None):
+        """The step's Python half with the same crossings made by the peers' own DLPack calls:
+        each array into torch by `torch.from_dlpack` of the NumPy array, each output and input
+        cotangent out by `np.from_dlpack` of torch's tensor, all dropped at the end of the step
+        (as Julia's releases are). What any DLPack bridge pays for these crossings in torch and
+        NumPy, in the same places of the same step: the floor the bridge's calls are read against.
+        With a `timer`, the time in those calls is added to it, as `step` adds the bridge's."""
+        clock = time.perf_counter if timer is not None else int
+        t0 = clock()
+        shared = [torch.from_dlpack(m) for m in self.arrays(params, x)]
+        t1 = clock()
+        forward = self.call.forward(*self.prefix, *shared)
+        del shared
+        t2 = clock()
+        y = np.from_dlpack(forward.outputs[0])
+        shared_cotangent = torch.from_dlpack(cotangent)
+        t3 = clock()
+        grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
+        del shared_cotangent
+        t4 = clock()
+        handles = [np.from_dlpack(g) for g in grads.tensors]
+        del y, handles
+        t5 = clock()
+        if timer is not None:
+            timer.add("crossings", (t1 - t0) + (t3 - t2) + (t5 - t4))
+        return forward.outputs[0]
+
     def calls_per_step(self, params, x, cotangent):
         """The C calls of one step, by function ({name: count}), `adopt`'s decref included (Julia's
         PyObject takes the reference in Julia)."""
@@ -323,7 +353,7 @@ def main():
     print(f"{'batch':>6} {'crossing':>9} {'torch alone':>12} {'functional_call':>16} "
           f"{'RsDLPack before':>16} {'RsDLPack':>10} {'NumPy copies':>13} {'RsDLPack - torch':>17} "
           f"{'- functional_call':>18} "
-          f"{'bridge calls':>13} {'copies':>9} {'copies / bridge calls':>22}")
+          f"{'bridge calls':>13} {'peers from_dlpack':>18} {'copies':>9} {'copies / bridge calls':>22}")
     for batch, rounds in ((64, 41), (4096, 9)) if not QUICK else ((4, 2), (8, 2)):
         rng = np.random.default_rng(batch)
         x_np = julia_array(rng.standard_normal((batch, FEATURES)))
@@ -336,20 +366,21 @@ def main():
         idiomatic = torch_idiomatic(module, x_t, ct_t)
         assert all(torch.allclose(i, w, rtol=1e-4, atol=1e-5) for i, w in zip(idiomatic, want))
         times = {"torch": [], "functional_call": [], "before": [], "rsdlpack": [], "numpy": [], "bridge": [],
-                 "copies": []}
+                 "copies": [], "peers": [], "peers' crossings": []}
         paths = {
             "torch": lambda: torch_idiomatic(module, x_t, ct_t),
             "functional_call": lambda: torch_alone(module, names, params_t, x_t, ct_t),
             "rsdlpack": lambda: rsdlpack.step(params_np, x_np, ct_np, rs_timer),
             "numpy": lambda: numpy_copies(module, names, params_np, x_np, ct_np, np_timer),
+            "peers": lambda: rsdlpack.step_through_peers(params_np, x_np, ct_np, peers_timer),
         }
         if rsdlpack_before:
             paths["before"] = lambda: rsdlpack_before.step(params_np, x_np, ct_np, Timer())
         for run in paths.values():  # warm-up: first calls, the argument structs built
-            rs_timer, np_timer = Timer(), Timer()
+            rs_timer, np_timer, peers_timer = Timer(), Timer(), Timer()
             run()
         for k in range(rounds):
-            rs_timer, np_timer = Timer(), Timer()
+            rs_timer, np_timer, peers_timer = Timer(), Timer(), Timer()
             order = list(paths) if k % 2 == 0 else list(reversed(paths))
             for name in order:
                 t0 = time.perf_counter()
@@ -357,8 +388,10 @@ def main():
                 times[name].append(time.perf_counter() - t0)
             times["bridge"].append(rs_timer.parts["bridge calls"])
             times["copies"].append(np_timer.parts["copies"])
+            times["peers' crossings"].append(peers_timer.parts["crossings"])
         bridge_us = statistics.median(times["bridge"]) * 1e6
         copies_us = statistics.median(times["copies"]) * 1e6
+        peers_us = statistics.median(times["peers' crossings"]) * 1e6
         crossing = f"{x_np.nbytes / 2**20:g} MiB"
         before_ms = f"{median_ms(times['before']):>13.3f} ms" if times["before"] else f"{'-':>16}"
         print(f"{batch:>6} {crossing:>9} {median_ms(times['torch']):>9.3f} ms "
@@ -366,7 +399,8 @@ def main():
               f"{median_ms(times['numpy']):>10.3f} ms "
               f"{(median_ms(times['rsdlpack']) - median_ms(times['torch'])) * 1e3:>14.1f} µs "
               f"{(median_ms(times['rsdlpack']) - median_ms(times['functional_call'])) * 1e3:>15.1f} µs "
-              f"{bridge_us:>10.1f} µs {copies_us / 1e3:>6.2f} ms {copies_us / bridge_us:>21.0f}×")
+              f"{bridge_us:>10.1f} µs {peers_us:>15.1f} µs {copies_us / 1e3:>6.2f} ms "
+              f"{copies_us / bridge_us:>21.0f}×")
         sys.stdout.flush()
     fixed_cost(bridge, before, per_round=500 if not QUICK else 5)
     fixed_cost(bridge, before, FEATURES, HIDDEN, 64 if not QUICK else 4, per_round=20 if not QUICK else 2)
@@ -403,6 +437,7 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
         paths[kind + ": Python half"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np))(rs)
         paths[kind + ": Python half + glue"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np,
                                                                                           glue.calls))(rs)
+        paths[kind + ": peers' from_dlpack"] = (lambda rs: lambda: rs.step_through_peers(params_np, x_np, ct_np))(rs)
     for run in paths.values():
         for _ in range(max(per_round // 2, 5)):
             run()
@@ -425,6 +460,11 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
         for _ in range(n):
             rs.step(params_np, x_np, ct_np, timer)
         parts[name] = {part: seconds / n * 1e6 for part, seconds in timer.parts.items()}
+        if name in ("Module", "Function"):
+            timer = Timer()
+            for _ in range(n):
+                rs.step_through_peers(params_np, x_np, ct_np, timer)
+            parts[name]["peers' crossings"] = timer.parts["crossings"] / n * 1e6
     print(f"per call, Linear({features} => {hidden}), Tanh, Linear({hidden} => {features}) at batch {batch} "
           f"(medians of {rounds} rounds of {per_round} calls): "
           f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
@@ -455,6 +495,14 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
         print(f"  {kind}'s Python half alone (torch.from_numpy inputs, no bridge): {half:.1f} µs, "
               f"{half - median[baseline]:.1f} µs beyond {baseline!r}; the bridge (its C calls and the lines that "
               f"make them), ctypes' glue less: {median[kind] - median[kind + ': Python half + glue']:.1f} µs")
+        peers = median[kind + ": peers' from_dlpack"]
+        peers_calls = parts[kind]["peers' crossings"]
+        print(f"  {kind} with the same crossings through the peers' own from_dlpack (torch.from_dlpack of "
+              f"NumPy arrays, np.from_dlpack of torch's): {peers:.1f} µs, {peers - median[baseline]:.1f} µs beyond "
+              f"{baseline!r}, {peers - half:.1f} µs of them the crossings; RsDLPack's step "
+              f"{median[kind] - peers:.1f} µs beyond it ({median[kind] - peers - glue_us[kind]:.1f} without ctypes); "
+              f"timed in the step, the peers' calls {peers_calls:.1f} µs against the bridge's "
+              f"{parts[kind]['bridge calls']:.1f} µs (ctypes' glue included)")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,4 @@ def test_the_autodiff_overhead_bench_runs_through(tmp_path):
         row = re.compile(rf"^\s*{name}\s+-?[\d.]+ µs: .*without ctypes")
         assert sum(bool(row.match(line)) for line in lines) == 2, done.stdout  # two sizes
     assert sum("Python half alone" in line for line in lines) == 4, done.stdout  # two sizes, two kinds
+    assert sum("through the peers' own from_dlpack" in line for line in lines) == 4, done.stdout
