@@ -393,6 +393,23 @@ fn open_later(gate: &Arc<Gate>, delay: Duration) -> std::thread::JoinHandle<()> 
     })
 }
 
+/// How long a gated kernel is held closed by [`wait_past_the_gate`]; a wait that returns much
+/// sooner did not wait for it.
+const GATE_HELD: Duration = Duration::from_millis(300);
+const WAITED_AT_LEAST: Duration = Duration::from_millis(250);
+
+/// Runs `wait` while `gate` stays closed for [`GATE_HELD`], then opens it: what `wait` returned
+/// and how long it took; asserts that the kernel saw the gate open rather than timing out.
+fn wait_past_the_gate<T>(gate: &Arc<Gate>, wait: impl FnOnce() -> T) -> (T, Duration) {
+    let opener = open_later(gate, GATE_HELD);
+    let started = Instant::now();
+    let outcome = wait();
+    let waited = started.elapsed();
+    opener.join().unwrap();
+    assert!(!gate.timed_out.load(Ordering::SeqCst));
+    (outcome, waited)
+}
+
 fn closed_gate() -> Arc<Gate> {
     Arc::new(Gate {
         open: AtomicBool::new(false),
@@ -418,16 +435,12 @@ fn a_release_waits_on_the_host_for_the_consumers_stream_then_runs_the_deleter() 
     assert!(release.is_ordered());
     assert!(!release.is_ready(), "the consumer's stream is still busy");
     assert_eq!(CountingOwner::releases(&count), 0);
-    let opener = open_later(&gate, Duration::from_millis(300));
-    let started = Instant::now();
-    release.complete().unwrap();
-    let waited = started.elapsed();
+    let (outcome, waited) = wait_past_the_gate(&gate, || release.complete());
+    outcome.unwrap();
     assert_eq!(CountingOwner::releases(&count), 1);
-    opener.join().unwrap();
     consumer.synchronize().unwrap();
-    assert!(!gate.timed_out.load(Ordering::SeqCst));
     assert!(
-        waited >= Duration::from_millis(250),
+        waited >= WAITED_AT_LEAST,
         "the deleter ran after {waited:?}, before the consumer's work was done"
     );
 }
@@ -575,17 +588,11 @@ fn a_release_records_on_the_consumers_stream_before_its_keeper_lets_it_be_destro
         "the event was recorded before the stream was destroyed, and waits for its work"
     );
     assert_eq!(CountingOwner::releases(&count), 0);
-    let opener = open_later(&gate, Duration::from_millis(300));
-    let started = Instant::now();
-    release
-        .complete()
-        .expect("no driver call failed: the stream was live when recorded on");
-    let waited = started.elapsed();
+    let (outcome, waited) = wait_past_the_gate(&gate, || release.complete());
+    outcome.expect("no driver call failed: the stream was live when recorded on");
     assert_eq!(CountingOwner::releases(&count), 1);
-    opener.join().unwrap();
-    assert!(!gate.timed_out.load(Ordering::SeqCst));
     assert!(
-        waited >= Duration::from_millis(250),
+        waited >= WAITED_AT_LEAST,
         "the deleter ran after {waited:?}, before the destroyed stream's work was done"
     );
 }
@@ -786,19 +793,14 @@ fn a_no_sync_import_released_without_a_stream_waits_for_the_context_and_says_wha
         !release.is_ready(),
         "a context synchronisation is never ready by itself (only the explicit flush makes it)"
     );
-    let opener = open_later(&gate, Duration::from_millis(300));
-    let started = Instant::now();
-    let outcome = release.complete();
-    let waited = started.elapsed();
-    opener.join().unwrap();
+    let (outcome, waited) = wait_past_the_gate(&gate, || release.complete());
     assert!(
         matches!(outcome, Err(Error::ReleaseNeedsStream)),
         "{outcome:?}"
     );
     assert_eq!(CountingOwner::releases(&count), 1);
-    assert!(!gate.timed_out.load(Ordering::SeqCst));
     assert!(
-        waited >= Duration::from_millis(250),
+        waited >= WAITED_AT_LEAST,
         "the deleter ran after {waited:?}, before the context's work was done"
     );
     busy.synchronize().unwrap();
@@ -833,15 +835,11 @@ fn an_exports_release_waits_for_every_consumer_stream_before_the_memory_goes_bac
         "the second consumer's stream is still busy: the memory must not go back"
     );
     assert_eq!(CountingOwner::releases(&count), 0);
-    let opener = open_later(&gate, Duration::from_millis(300));
-    let started = Instant::now();
-    release.complete().unwrap();
-    let waited = started.elapsed();
-    opener.join().unwrap();
+    let (outcome, waited) = wait_past_the_gate(&gate, || release.complete());
+    outcome.unwrap();
     assert_eq!(CountingOwner::releases(&count), 1);
-    assert!(!gate.timed_out.load(Ordering::SeqCst));
     assert!(
-        waited >= Duration::from_millis(250),
+        waited >= WAITED_AT_LEAST,
         "the memory went back after {waited:?}, before the consumer's work was done"
     );
 }
@@ -875,15 +873,11 @@ fn a_share_into_a_types_owner_goes_back_after_the_consumers_current_stream() {
         "the consumer's stream is still busy: the root must not go back"
     );
     assert_eq!(CountingOwner::releases(&count), 0);
-    let opener = open_later(&gate, Duration::from_millis(300));
-    let started = Instant::now();
-    release.complete().unwrap();
-    let waited = started.elapsed();
-    opener.join().unwrap();
+    let (outcome, waited) = wait_past_the_gate(&gate, || release.complete());
+    outcome.unwrap();
     assert_eq!(CountingOwner::releases(&count), 1);
-    assert!(!gate.timed_out.load(Ordering::SeqCst));
     assert!(
-        waited >= Duration::from_millis(250),
+        waited >= WAITED_AT_LEAST,
         "the root went back after {waited:?}, before the consumer's work was done"
     );
 
@@ -947,15 +941,11 @@ fn an_exports_consumer_stream_may_go_once_its_own_tensor_is_released() {
         !release.is_ready(),
         "the destroyed stream's work has not run yet"
     );
-    let opener = open_later(&gate, Duration::from_millis(300));
-    let started = Instant::now();
-    release.complete().unwrap();
-    let waited = started.elapsed();
-    opener.join().unwrap();
+    let (outcome, waited) = wait_past_the_gate(&gate, || release.complete());
+    outcome.unwrap();
     assert_eq!(CountingOwner::releases(&count), 1);
-    assert!(!gate.timed_out.load(Ordering::SeqCst));
     assert!(
-        waited >= Duration::from_millis(250),
+        waited >= WAITED_AT_LEAST,
         "the memory went back after {waited:?}, before the first consumer's work was done"
     );
 }

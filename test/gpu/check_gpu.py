@@ -459,14 +459,21 @@ def _():
     return f"waited {waited:.2f} s of the {kernel:.2f} s kernel"
 
 
-@check("graph capture on the export path: a capturing producer is refused, a capturing consumer's capture stays valid")
-def _():
+def _exported_ones():
+    """A CUDA tensor of ones, done, and the bridge's exporter of it (ordered on torch's current
+    stream)."""
     x = torch.ones(1 << 20, device="cuda")
     torch.cuda.synchronize()
     tensor, error = lib.import_(x, ImportOptions(has_stream=1, stream=-1, copy=-1))
     assert error is None, error
     exporter, error = lib.export(tensor, torch.cuda.current_stream().cuda_stream or 1)
     assert error is None, error
+    return x, exporter
+
+
+@check("graph capture on the export path: a capturing producer is refused, a capturing consumer's capture stays valid")
+def _():
+    x, exporter = _exported_ones()
     graph = torch.cuda.CUDAGraph()
     capture_stream = torch.cuda.Stream()
     refused = None
@@ -488,12 +495,7 @@ def _():
 
 @check("an export's consumer released during a capture: no event in the graph, the memory back at the flush")
 def _():
-    x = torch.ones(1 << 20, device="cuda")
-    torch.cuda.synchronize()
-    tensor, error = lib.import_(x, ImportOptions(has_stream=1, stream=-1, copy=-1))
-    assert error is None, error
-    exporter, error = lib.export(tensor, torch.cuda.current_stream().cuda_stream or 1)
-    assert error is None, error
+    x, exporter = _exported_ones()
     graph = torch.cuda.CUDAGraph()
     capture_stream = torch.cuda.Stream()
     with torch.cuda.graph(graph, stream=capture_stream):

@@ -28,6 +28,9 @@ pub mod import;
 pub mod protocol;
 pub mod python;
 
+#[cfg(test)]
+mod test_support;
+
 pub use error::{BridgeError, BridgeResult, ErrorCode};
 pub use export::{Exporter, exporter_type};
 pub use import::{ImportRequest, import};

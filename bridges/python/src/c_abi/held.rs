@@ -302,6 +302,7 @@ pub unsafe extern "C" fn rsdlpack_imported_release_later(handle: *mut std::ffi::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::require_no_driver;
     use pyo3::Python;
     use rsdlpack::{Device, DeviceKind, ElementType, ManagedTensor, TensorDescriptor};
     use std::sync::Arc;
@@ -342,14 +343,6 @@ mod tests {
         kind: DeviceKind::Cuda,
         id: 0,
     };
-
-    /// The tests named `without_a_driver_*` assert what happens where no driver exists.
-    fn require_no_driver() {
-        assert!(
-            !rsdlpack::cuda::driver_available(),
-            "asserts the no-driver behaviour"
-        );
-    }
 
     /// `rsdlpack_imported_release_after`'s code and message.
     fn release_after(handle: *mut std::ffi::c_void, stream: i64) -> (i32, String) {

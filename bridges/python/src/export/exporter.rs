@@ -843,6 +843,7 @@ impl<'a> ExporterRef<'a> {
 mod model_tests {
     use super::*;
     use crate::export::roots::{self, QUEUE_TESTS};
+    use crate::test_support::require_no_driver;
     use rsdlpack::cuda::fence::fence_log::{self, Entry};
     use rsdlpack::{Device, ElementType};
 
@@ -926,17 +927,6 @@ mod model_tests {
             )?)
         })
         .expect("a valid layout")
-    }
-
-    /// Asserts the no-driver behaviour the models below rely on (every fence is tried and
-    /// fails for want of a driver, so no handle is dereferenced).
-    fn require_no_driver() {
-        let here = rsdlpack::cuda::driver();
-        assert!(
-            matches!(here, Err(rsdlpack::Error::NoCudaDriver)),
-            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
-             skips without_a_driver_* tests where a driver exists"
-        );
     }
 
     /// A fence asked for on `handle` (no context: without a driver none is found), as an

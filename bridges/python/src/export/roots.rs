@@ -190,12 +190,7 @@ mod tests {
     #[test]
     fn without_a_driver_a_noted_root_of_device_memory_comes_back_with_its_release() {
         // The stream below is made up: only without a driver is it never recorded on.
-        let here = rsdlpack::cuda::driver();
-        assert!(
-            matches!(here, Err(rsdlpack::Error::NoCudaDriver)),
-            "asserts the no-driver behaviour, but this machine answers {here:?}: scripts/test.sh \
-             skips without_a_driver_* tests where a driver exists"
-        );
+        crate::test_support::require_no_driver();
         let _queue = QUEUE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let mut sink = [0u64; 64];
         while take_released(&mut sink) > 0 {}
