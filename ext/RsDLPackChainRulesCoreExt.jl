@@ -44,8 +44,8 @@ end
 
 function ChainRulesCore.rrule(::typeof(RsDLPack.module_apply), call::RsDLPack.TorchModuleCall, training::Bool,
                               ps::NamedTuple, buffers::NamedTuple, inputs::Tuple)
-    f = RsDLPack.module_function(call, training)
-    results, back = ChainRulesCore.rrule(f, RsDLPack.module_arguments(call, ps, buffers, inputs)...)
+    results, back = RsDLPack.with_module_arguments((f, arguments) -> ChainRulesCore.rrule(f, arguments...), call,
+                                                   training, ps, buffers, inputs)
     n, np, nb = RsDLPack.output_count(call, results), length(ps), length(buffers)
     function module_apply_pullback(ȳ)
         # ȳ is the cotangent of (y, new_buffers); the buffers carry none back.

@@ -196,6 +196,8 @@ parameter name, as `named_parameters()` names them), `initialstates` its buffers
 `module(x...)` as `torch.func.functional_call(module, parameters_and_buffers, (x...,))` does on the arrays shared
 zero-copy and returns `(y, st)`, the buffers after the call (batch-norm statistics, updated in
 training mode) being the new state; Julia's own buffer arrays are never written.
+The tensors the parameters were shared as are kept from one call to the next while the same
+arrays come (`Optimisers.update!` writes into them), so that only the inputs cross at each step.
 `LuxCore.trainmode`/`testmode` select the module's train/eval mode. Gradients with respect to
 `ps` and `x` come through `PyFunction`'s `rrule` (ChainRulesCore loaded, as Zygote does).
 `order` as for [`PyFunction`](@ref): by default a torch `(out, in)` weight is Julia's
@@ -214,6 +216,61 @@ end
 lux_layer_type(_) = nothing
 
 """
+The parameters' tensors a layer's last call shared, kept for its next. An optimiser that
+updates the parameter arrays in place (`Optimisers.update!`, Lux's training API) hands the same
+arrays to every step; as a torch module keeps its parameters' tensors, only the inputs then
+cross. An entry is reused for the same `Array` at the same address only; any other parameter
+is shared anew and its entry let go. `CuArray`s are shared at every call, which orders Julia's
+work on them before torch's then (a kept tensor would skip that). A call takes the entries
+while it runs, so that a concurrent call of the same layer shares its own.
+"""
+mutable struct KeptParameters
+    lock::ReentrantLock
+    entries::Vector{Any}  # per parameter, in the module's order: a KeptTensor or nothing
+end
+
+"A parameter array and the tensor it was shared as, at the address it was shared from."
+struct KeptTensor{O}
+    array::Array
+    address::UInt
+    tensor::O
+end
+
+const NO_ENTRIES = Any[]  # never written: what `entries` holds while a call has them
+
+function take_kept!(kept::KeptParameters, n::Int)
+    entries = lock(kept.lock) do
+        taken = kept.entries
+        kept.entries = NO_ENTRIES
+        taken
+    end
+    return entries === NO_ENTRIES ? Vector{Any}(nothing, n) : entries
+end
+
+"Gives a call's entries back, or lets them go where another call gave its own back meanwhile."
+function put_back_kept!(kept::KeptParameters, entries::Vector{Any})
+    stored = lock(kept.lock) do
+        kept.entries === NO_ENTRIES || return false
+        kept.entries = entries
+        return true
+    end
+    stored || foreach(e -> e === nothing || python_release!(e.tensor), entries)
+    return nothing
+end
+
+"Parameter `k` as the call passes it: the kept tensor where it is still `A`'s, else shared anew."
+function kept_tensor!(f::PyFunction, entries::Vector{Any}, k::Int, A)
+    entry = entries[k]
+    entry !== nothing && entry.array === A && entry.address == array_address(A) && return entry.tensor
+    entry === nothing || python_release!(entry.tensor)
+    entries[k] = nothing
+    A isa Array || return A  # the call shares it, as any argument
+    tensor = share_argument(f, A)
+    entries[k] = KeptTensor(A, array_address(A), tensor)
+    return tensor
+end
+
+"""
 The Python half of a torch layer: `rsdlpack_autodiff.Module(module)`, its parameter and buffer
 names, and its two calls (training, and not).
 """
@@ -224,13 +281,15 @@ struct TorchModuleCall{O}
     buffer_names::Vector{Symbol}
     train::PyFunction{O}
     test::PyFunction{O}
+    kept::KeptParameters
 end
 
 function TorchModuleCall(m::O, order::Symbol) where {O}
     python = python_call(python_attribute(autodiff_module(m), "Module"), m; order=String(order))
     names(field) = Symbol.(python_strings(python_attribute(python, field)))
     return TorchModuleCall{O}(python, order, names("parameter_names"), names("buffer_names"),
-                              autodiff_function(python, order, (true,)), autodiff_function(python, order, (false,)))
+                              autodiff_function(python, order, (true,)), autodiff_function(python, order, (false,)),
+                              KeptParameters(ReentrantLock(), NO_ENTRIES))
 end
 
 """
@@ -262,7 +321,7 @@ structural tangent by name, so Zygote's gradient with respect to `ps` is a `Name
 `ps`; the buffers have none.
 """
 function module_apply(call::TorchModuleCall, training::Bool, ps::NamedTuple, buffers::NamedTuple, inputs::Tuple)
-    results = module_function(call, training)(module_arguments(call, ps, buffers, inputs)...)
+    results = with_module_arguments((f, arguments) -> f(arguments...), call, training, ps, buffers, inputs)
     return split_results(call, results)
 end
 
@@ -277,10 +336,22 @@ output_count(call::TorchModuleCall, results::Tuple) = length(results) - length(c
 
 module_function(call::TorchModuleCall, training::Bool) = training ? call.train : call.test
 
-"The Python call's arguments: the parameters, then the buffers, each in the module's order, then the inputs."
-function module_arguments(call::TorchModuleCall, ps::NamedTuple, buffers::NamedTuple, inputs::Tuple)
-    return (by_name(ps, call.parameter_names, "parameter")..., by_name(buffers, call.buffer_names, "buffer")...,
-            inputs...)
+"""
+`g(f, arguments)` for the module's `PyFunction` `f` (training or not) and the Python call's
+arguments: the parameters (as `KeptParameters` keeps them), then the buffers, each in the
+module's order, then the inputs.
+"""
+function with_module_arguments(g, call::TorchModuleCall, training::Bool, ps::NamedTuple, buffers::NamedTuple,
+                               inputs::Tuple)
+    f = module_function(call, training)
+    parameters = by_name(ps, call.parameter_names, "parameter")
+    entries = take_kept!(call.kept, length(parameters))
+    try
+        tensors = ntuple(k -> kept_tensor!(f, entries, k, parameters[k]), length(parameters))
+        return g(f, (tensors..., by_name(buffers, call.buffer_names, "buffer")..., inputs...))
+    finally
+        put_back_kept!(call.kept, entries)
+    end
 end
 
 function by_name(values::NamedTuple, names::Vector{Symbol}, what::String)

@@ -37,7 +37,7 @@ end
         for step in 1:50
             l, (g,) = Zygote.withgradient(loss, ps)
             push!(losses, l)
-            opt, ps = Optimisers.update(opt, ps, g)
+            opt, ps = Optimisers.update!(opt, ps, g)
         end
         @test losses[end] < 0.2 * losses[1]
 

@@ -20,7 +20,7 @@ if jl(Bool, "has", "torch")
         for step in 1:50
             l, (g,) = Zygote.withgradient(loss, ps)
             push!(losses, l)
-            opt, ps = Optimisers.update(opt, ps, g)
+            opt, ps = Optimisers.update!(opt, ps, g)
         end
         @test losses[end] < 0.2 * losses[1]
 
@@ -75,5 +75,27 @@ if jl(Bool, "has", "torch")
                    share(target, fn("torch_from_dlpack"); order=:reversed))
         wants = owned_all(want, 5)
         @test all(k -> isapprox(gp[k], wants[k]; rtol=1e-4), 1:4) && isapprox(gx, wants[5]; rtol=1e-4)
+    end
+
+    @testset "$FRONTEND: torch_layer keeps its parameters' tensors while the same arrays come" begin
+        lin = torch_layer(adh("linear", 3, 2))
+        ps, st = LuxCore.setup(Random.default_rng(), lin)
+        x = Float32.(reshape(1:12, 3, 4))
+        before = settle()
+        y, _ = lin(x, ps, st)
+        @test y ≈ ps.weight' * x .+ ps.bias
+        @test settle() == before + 2  # weight and bias kept for the next call; x let go
+        ps.weight .*= 2               # written in place, as Optimisers.update! writes it
+        ps.bias .+= 1
+        y, _ = lin(x, ps, st)
+        @test y ≈ ps.weight' * x .+ ps.bias && settle() == before + 2
+        # Gradients with respect to kept parameters.
+        (gp,) = Zygote.gradient(p -> sum(first(lin(x, p, st))), ps)
+        @test gp.weight ≈ x * ones(Float32, 4, 2) && gp.bias ≈ fill(4.0f0, 2)
+        # New arrays in their place are shared anew, and the kept ones let go.
+        ps2 = map(copy, ps)
+        ps2.bias .= 0
+        y, _ = lin(x, ps2, st)
+        @test y ≈ ps2.weight' * x && settle() == before + 2
     end
 end

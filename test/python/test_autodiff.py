@@ -759,6 +759,51 @@ def test_a_training_loop_through_the_bridge_lowers_the_loss(bridge):
     assert losses[-1] < 0.2 * losses[0], losses[::10]
 
 
+def test_parameters_shared_once_are_read_at_every_step_as_julia_updates_them_in_place(bridge):
+    """The Lux layer's kept parameters (KeptParameters, julia/autodiff.jl): each parameter is
+    shared once, and its tensor is passed to every later call while Julia's optimiser updates
+    the same array in place (Optimisers.update!). Every step reads the values Julia wrote since
+    the last: its gradients equal torch's own on the current weights, and the loss falls. The
+    kept tensors hold their arrays' roots until Julia lets them go, and nothing else stays
+    rooted between steps."""
+    julia = Julia(bridge)
+    sys.path.insert(0, str(REPO / "test"))
+    import autodiff_helpers
+
+    net = autodiff_helpers.mlp(0)
+    m = ad.Module(net)
+    params = [julia.array(tuple(p.shape), "float32", values=p.numpy()) for p in m.initial_parameters()]
+    kept = [julia.share(p, torch.Tensor) for p in params]
+    parameter_roots = set(julia.arrays)
+    x = julia.array((64, 4), "float32", np.random.default_rng(5))
+    target = np.array(x @ (np.array([[1, -1, 0, 2], [0, 1, -1, 0], [1, 1, 1, 1]], dtype=np.float32).T / 2), order="C")
+    losses = []
+    for step in range(100):
+        before = set(julia.arrays)
+        forward = m.forward(True, *kept, julia.share(x, torch.Tensor))
+        y = read_in_place(julia, forward.outputs[0])
+        cotangent = np.array(y - target, order="C")
+        result = forward.pullback(julia.share(cotangent, torch.Tensor))
+        grads = [read_in_place(julia, t) for t in result.tensors[:4]]
+        del forward, result
+        losses.append(float(np.sum((y - target) ** 2) / 2))
+        if step % 25 == 0:
+            with torch.no_grad():
+                for mine, p in zip(net.parameters(), params):
+                    mine.copy_(torch.from_numpy(p))
+            want = torch.autograd.grad(net(torch.from_numpy(x)), list(net.parameters()), torch.from_numpy(cotangent))
+            for got, expected in zip(grads, want):
+                np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-6)
+        for p, g in zip(params, grads):
+            p -= 0.01 * g  # in place: the kept tensors read it at the next step
+        assert julia.released() == set(julia.arrays) - before, \
+            "the step's input and cotangent come back after it, and nothing else: the parameters stay kept"
+    assert losses[-1] < 0.2 * losses[0], losses[::10]
+    assert all(k.data_ptr() == p.ctypes.data for k, p in zip(kept, params)), "a kept tensor is not Julia's memory"
+    del kept
+    assert julia.released() == parameter_roots, "the kept tensors let their arrays go once Julia drops them"
+
+
 def test_the_julia_half_reads_the_same_codes():
     """julia/autodiff.jl's constants are this module's (Julia maps them, Python decides them)."""
     text = (REPO / "julia" / "autodiff.jl").read_text()
