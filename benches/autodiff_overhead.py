@@ -1,7 +1,8 @@
 """What a differentiable call into torch costs beyond torch: forward + backward of an MLP through
 the same C-ABI sequence Julia's PyFunction/torch_layer makes (share each input into torch.Tensor,
-rsdlpack_autodiff's forward, import each output, share the cotangent, the pullback, import each
-input cotangent), against the same computation in Python torch alone, and against a bridge that
+a Module's parameters once and then kept, as the Lux layer keeps them while the optimiser updates
+the same arrays in place; rsdlpack_autodiff's forward, import each output, share the cotangent,
+the pullback, import each input cotangent), against the same computation in Python torch alone, and against a bridge that
 copies every array through NumPy. A benchmark, not a test: it prints, asserts nothing.
 
     RSDLPACK_PYTHON_LIB=target/ext/release/librsdlpack_python.so .venv/bin/python benches/autodiff_overhead.py
@@ -21,7 +22,7 @@ call of a C function that ignores its arguments (`CtypesGlue`), and the overhead
 and without it.
 
 The MLP is Linear(4096 => 16), Tanh, Linear(16 => 4096), called as the Lux layer calls it
-(parameters the caller owns, gradients for the parameters and the input): its input, output and
+(parameters the caller owns and keeps, gradients for the parameters and the input): its input, output and
 their cotangents are 64 × 4096 float32 (1 MiB) at batch 64 and 4096 × 4096 (64 MiB) at batch
 4096 — the arrays that cross. Each path runs in turn, round after round (in alternating order,
 after one warm-up call each), so that a slow stretch of the machine hits all alike; medians are
@@ -107,6 +108,8 @@ class Rsdlpack:
         self.imported = ImportResult()
         self.plan = self.imported.plan  # a view of `imported`'s field, made once
         self.roots = (ctypes.c_uint64 * 64)()
+        self.kept = {}  # a Module's parameters shared at an earlier step: position -> (array, tensor)
+        self.made = {}  # the paths without the bridge: their kept parameter tensors, by the call that made them
         # Pointers made once, as Julia's ccall passes Refs it holds.
         self.result_p, self.error_p = ctypes.byref(self.result), ctypes.byref(self.error)
         self.plan_options_p, self.imported_p = ctypes.byref(self.plan_options), ctypes.byref(self.imported)
@@ -136,20 +139,33 @@ class Rsdlpack:
         assert code == 0
         return adopt(self.result.exporter)
 
+    def kept_parameter(self, k, memory):
+        """Parameter `k` as Julia's layer passes it (KeptParameters, julia/autodiff.jl): the tensor
+        shared at an earlier step while the same array comes again, else shared anew and kept."""
+        entry = self.kept.get(k)
+        if entry is None or entry[0] is not memory:
+            entry = self.kept[k] = (memory, self.share(memory))
+        return entry[1]
+
     def import_(self, tensor):
         code = self.lib.rsdlpack_py_import_plan(tensor, None, self.plan_options_p, self.imported_p, self.error_p)
         assert code == 0
         return self.plan.tensor
 
-    def arrays(self, params, x):
-        return (x,) if self.function else (*params, x)
+    def parameters(self, params, made):
+        """A Module step's parameter tensors, made by `made` at the first step and kept, as
+        Julia's layer keeps them while the optimiser updates the same arrays in place."""
+        if self.function:
+            return []
+        return self.made.setdefault(made, [made(p) for p in params])
 
     def step(self, params, x, cotangent, timer=None):
         """One forward + pullback as Julia makes it. With a `timer`, the time in the bridge's C
         calls and in the Python half is added to it; the lean path, without, is what is timed."""
         clock = time.perf_counter if timer is not None else int
         t0 = clock()
-        shared = [self.share(m) for m in self.arrays(params, x)]
+        shared = [] if self.function else [self.kept_parameter(k, m) for k, m in enumerate(params)]
+        shared.append(self.share(x))
         t1 = clock()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
@@ -178,14 +194,12 @@ class Rsdlpack:
         `glue` (CtypesGlue.calls), also the step's ctypes calls, in the same places, of the C
         function that ignores its arguments: the difference between the two is what ctypes costs in
         the step as it runs (more there than in a loop of its own, its code being cold)."""
-        arrays = self.arrays(params, x)
-        shared = []
-        for m in arrays:
-            if glue:
-                glue["rsdlpack_py_share_into"]()
-            shared.append(torch.from_numpy(m))
-            if glue:
-                glue["Py_DecRef"]()
+        shared = list(self.parameters(params, torch.from_numpy))
+        if glue:
+            glue["rsdlpack_py_share_into"]()
+        shared.append(torch.from_numpy(x))
+        if glue:
+            glue["Py_DecRef"]()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
         if glue:
@@ -213,7 +227,7 @@ class Rsdlpack:
         With a `timer`, the time in those calls is added to it, as `step` adds the bridge's."""
         clock = time.perf_counter if timer is not None else int
         t0 = clock()
-        shared = [torch.from_dlpack(m) for m in self.arrays(params, x)]
+        shared = [*self.parameters(params, torch.from_dlpack), torch.from_dlpack(x)]
         t1 = clock()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
@@ -234,8 +248,9 @@ class Rsdlpack:
     def calls_per_step(self, params, x, cotangent):
         """The C calls of one step, by function ({name: count}), `adopt`'s decref included (Julia's
         PyObject takes the reference in Julia)."""
-        shared = len(self.arrays(params, x)) + 1
-        forward = self.call.forward(*self.prefix, *[self.share(m) for m in self.arrays(params, x)])
+        parameters = [] if self.function else [self.kept_parameter(k, m) for k, m in enumerate(params)]
+        shared = 2  # the input and the cotangent; the parameters are kept from the step before
+        forward = self.call.forward(*self.prefix, *parameters, self.share(x))
         cotangent = self.share(cotangent)
         imported = 1 + len(forward.pullback(cotangent, *([None] * (len(forward.outputs) - 1))).tensors)
         return {"rsdlpack_py_share_into": shared, "Py_DecRef": shared, "rsdlpack_py_import_plan": imported,
