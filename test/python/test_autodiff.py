@@ -804,6 +804,31 @@ def test_parameters_shared_once_are_read_at_every_step_as_julia_updates_them_in_
     assert julia.released() == parameter_roots, "the kept tensors let their arrays go once Julia drops them"
 
 
+def test_the_same_tensor_as_two_parameters_gets_each_place_its_own_gradient(bridge):
+    """A tensor passed as two parameters (Julia's one array for both weights of a two-layer
+    chain) gets a leaf per place: each place's gradient is the one torch gives two separate
+    weights of the same values, not their sum, at every call (Julia's layer passes the same
+    kept tensor again)."""
+    julia = Julia(bridge)
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3, bias=False), torch.nn.Tanh(), torch.nn.Linear(3, 3, bias=False))
+    m = ad.Module(net)
+    w = julia.array((3, 3), "float32")
+    shared = julia.share(w, torch.Tensor)
+    x = julia.array((5, 3), "float32")
+    with torch.no_grad():
+        net[0].weight.copy_(torch.from_numpy(w))
+        net[2].weight.copy_(torch.from_numpy(w))
+    cotangent = julia.array((5, 3), "float32", np.random.default_rng(4))
+    want = torch.autograd.grad(net(torch.from_numpy(x)), [net[0].weight, net[2].weight], torch.from_numpy(cotangent))
+    assert not torch.allclose(want[0], want[1])
+    for _ in range(2):
+        forward = m.forward(True, shared, shared, julia.share(x, torch.Tensor))
+        grads = forward.pullback(julia.share(cotangent, torch.Tensor)).tensors
+        for got, expected in zip(grads[:2], want):
+            np.testing.assert_allclose(read_in_place(julia, got), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_the_julia_half_reads_the_same_codes():
     """julia/autodiff.jl's constants are this module's (Julia maps them, Python decides them)."""
     text = (REPO / "julia" / "autodiff.jl").read_text()
