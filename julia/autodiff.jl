@@ -107,9 +107,12 @@ Python pullback (for `pullback_call`), `codes` the output kinds and devices as P
 """
 function forward_call(f::PyFunction, args::Tuple)
     shared = map(a -> share_argument(f, a), args)
-    result = python_call(f.forward, f.prefix..., shared...)
-    # The inputs are the forward's now (or nobody's): their roots come back once it lets go.
-    release_shared!(args, shared)
+    # The inputs are the forward's now (or nobody's, if it threw): their roots come back once it lets go.
+    result = try
+        python_call(f.forward, f.prefix..., shared...)
+    finally
+        release_shared!(args, shared)
+    end
     codes = python_ints(python_attribute(result, "codes"))
     objects = python_items(python_attribute(result, "outputs"))
     pullback = python_attribute(result, "pullback")
@@ -149,8 +152,11 @@ shared zero-copy, and returns one entry per input: its cotangent array, or `KIND
 """
 function pullback_call(f::PyFunction, pullback, cotangents::Tuple)
     shared = map(c -> c === nothing ? nothing : share_argument(f, c), cotangents)
-    result = python_call(pullback, shared...)
-    release_shared!(cotangents, shared)
+    result = try
+        python_call(pullback, shared...)
+    finally
+        release_shared!(cotangents, shared)
+    end
     codes = python_ints(python_attribute(result, "codes"))
     objects = python_items(python_attribute(result, "tensors"))
     python_release!(result)
@@ -197,7 +203,8 @@ parameter name, as `named_parameters()` names them), `initialstates` its buffers
 zero-copy and returns `(y, st)`, the buffers after the call (batch-norm statistics, updated in
 training mode) being the new state; Julia's own buffer arrays are never written.
 The tensors the parameters were shared as are kept from one call to the next while the same
-arrays come (`Optimisers.update!` writes into them), so that only the inputs cross at each step.
+arrays come (`Optimisers.update!` writes into them), so that only the inputs and buffers cross at
+each step.
 `LuxCore.trainmode`/`testmode` select the module's train/eval mode. Gradients with respect to
 `ps` and `x` come through `PyFunction`'s `rrule` (ChainRulesCore loaded, as Zygote does).
 `order` as for [`PyFunction`](@ref): by default a torch `(out, in)` weight is Julia's
@@ -218,8 +225,8 @@ lux_layer_type(_) = nothing
 """
 The parameters' tensors a layer's last call shared, kept for its next. An optimiser that
 updates the parameter arrays in place (`Optimisers.update!`, Lux's training API) hands the same
-arrays to every step; as a torch module keeps its parameters' tensors, only the inputs then
-cross. An entry is reused for the same `Array` at the same address only; any other parameter
+arrays to every step; as a torch module keeps its parameters' tensors, only the inputs and
+buffers then cross. An entry is reused for the same `Array` at the same address only; any other parameter
 is shared anew and its entry let go. `CuArray`s are shared at every call, which orders Julia's
 work on them before torch's then (a kept tensor would skip that). A call takes the entries
 while it runs, so that a concurrent call of the same layer shares its own.
@@ -229,10 +236,11 @@ mutable struct KeptParameters
     entries::Vector{Any}  # per parameter, in the module's order: a KeptTensor or nothing
 end
 
-"A parameter array and the tensor it was shared as, at the address it was shared from."
+"A parameter array and the tensor it was shared as, at the address and size it was shared with."
 struct KeptTensor{O}
     array::Array
     address::UInt
+    size::Tuple  # a Vector resized in place keeps its identity, and may keep its address
     tensor::O
 end
 
@@ -261,12 +269,13 @@ end
 "Parameter `k` as the call passes it: the kept tensor where it is still `A`'s, else shared anew."
 function kept_tensor!(f::PyFunction, entries::Vector{Any}, k::Int, A)
     entry = entries[k]
-    entry !== nothing && entry.array === A && entry.address == array_address(A) && return entry.tensor
+    entry !== nothing && entry.array === A && entry.address == array_address(A) && entry.size == size(A) &&
+        return entry.tensor
     entry === nothing || python_release!(entry.tensor)
     entries[k] = nothing
     A isa Array || return A  # the call shares it, as any argument
     tensor = share_argument(f, A)
-    entries[k] = KeptTensor(A, array_address(A), tensor)
+    entries[k] = KeptTensor(A, array_address(A), size(A), tensor)
     return tensor
 end
 
@@ -345,10 +354,11 @@ function with_module_arguments(g, call::TorchModuleCall, training::Bool, ps::Nam
                                inputs::Tuple)
     f = module_function(call, training)
     parameters = by_name(ps, call.parameter_names, "parameter")
+    buffer_values = by_name(buffers, call.buffer_names, "buffer")  # refused before anything is shared
     entries = take_kept!(call.kept, length(parameters))
     try
         tensors = ntuple(k -> kept_tensor!(f, entries, k, parameters[k]), length(parameters))
-        return g(f, (tensors..., by_name(buffers, call.buffer_names, "buffer")..., inputs...))
+        return g(f, (tensors..., buffer_values..., inputs...))
     finally
         put_back_kept!(call.kept, entries)
     end

@@ -94,6 +94,8 @@ else
         end
         @testset "an importing task's stream stays rooted until the release records on it" begin
             t = torch.arange(6, dtype=torch.float32, device="cuda")
+            GC.gc(true)  # roots earlier tests let go of (a collected layer's kept tensors) come back first
+            RsDLPack.flush_releases()
             before = RsDLPack.rooted_count()
             # Imported on that task's own stream; the task then ends, and only the array's
             # release still needs the stream (CUDA.jl's finalizer would destroy it).
