@@ -157,7 +157,10 @@ class Rsdlpack:
         Julia's layer keeps them while the optimiser updates the same arrays in place."""
         if self.function:
             return []
-        return self.made.setdefault(made, [made(p) for p in params])
+        tensors = self.made.get(made)
+        if tensors is None:
+            tensors = self.made[made] = [made(p) for p in params]
+        return tensors
 
     def step(self, params, x, cotangent, timer=None):
         """One forward + pullback as Julia makes it. With a `timer`, the time in the bridge's C
