@@ -32,6 +32,7 @@ finalizer beyond that release, which the front-end already defers to the GIL's t
 """
 
 import logging
+import weakref
 
 KIND_NO_TANGENT = 0  # input: no cotangent (NoTangent); output: not differentiable
 KIND_TANGENT = 1  # input: a cotangent tensor follows; output: differentiable
@@ -237,50 +238,50 @@ def infer_backend(fn):
 
 
 class _Inputs:
-    """The forward's inputs as the backend's tensors, which of them are differentiable, and
-    their version counters (to find a function that wrote into one)."""
+    """The forward's inputs as the backend's tensors, the positions of the differentiable ones,
+    and the version counters of those Julia shared (to find a function that wrote into one)."""
 
-    __slots__ = ("values", "differentiable", "shared")
+    __slots__ = ("values", "positions", "tensors", "versions", "all_tensors_differentiable")
 
     def __init__(self, be, objects, never_differentiable=()):
-        values = self.values = []
-        differentiable = self.differentiable = []
-        shared = self.shared = []  # (position, tensor, version) of each tensor Julia shared
-        is_tensor, as_tensor, version, is_diff = be.is_tensor, be.as_tensor, be.version, be.differentiable
+        values = self.values = list(objects)
+        positions = self.positions = []
+        tensors = self.tensors = []  # (position, tensor) of each tensor Julia shared
+        versions = self.versions = []  # their version counters, in the same order
+        every = True  # whether every tensor input is differentiable (no integer, boolean or buffer tensor)
         tensor_type = be.tensor_type
-        for k, x in enumerate(objects):
+        for k, x in enumerate(values):
             if type(x) is tensor_type:  # what Julia shares into torch.Tensor: no method of `be` to call
-                value = x
                 diff = (x.is_floating_point() or x.is_complex()) and k not in never_differentiable
-                shared.append((k, x, x._version))
+                versions.append(x._version)
             elif x is None:
-                value, diff = None, False
-            elif is_tensor(x) or hasattr(x, "__dlpack__"):
-                value = as_tensor(x)
-                diff = is_diff(value) and k not in never_differentiable
-                shared.append((k, value, version(value)))
+                continue
+            elif be.is_tensor(x) or hasattr(x, "__dlpack__"):
+                x = values[k] = be.as_tensor(x)
+                diff = be.differentiable(x) and k not in never_differentiable
+                versions.append(be.version(x))
             else:
-                value, diff = x, False  # a plain Python value (a number, a string)
-            values.append(value)
-            differentiable.append(diff)
+                continue  # a plain Python value (a number, a string)
+            tensors.append((k, x))
+            if diff:
+                positions.append(k)
+            else:
+                every = False
+        self.all_tensors_differentiable = every
 
     def check_unchanged(self, be):
-        for k, t, version in self.shared:
-            if be.version(t) != version:
+        """Raises InPlaceMutationError if the call wrote into a tensor Julia shared."""
+        version = be.version
+        if [version(t) for _, t in self.tensors] == self.versions:
+            return
+        for (k, t), before in zip(self.tensors, self.versions):
+            if version(t) != before:
                 raise InPlaceMutationError(
-                    f"the function wrote into input {k + 1} in place (its version counter went from {version} "
-                    f"to {be.version(t)}), and so into the Julia array shared as that input; differentiating "
+                    f"the function wrote into input {k + 1} in place (its version counter went from {before} "
+                    f"to {version(t)}), and so into the Julia array shared as that input; differentiating "
                     "through an in-place write is not supported: compute a new tensor instead (e.g. x * 2, "
                     "not x.mul_(2))"
                 )
-
-    def positions(self):
-        return [k for k, d in enumerate(self.differentiable) if d]
-
-    def all_tensors_differentiable(self):
-        """Whether every tensor input is differentiable (no integer, boolean or buffer tensor)."""
-        differentiable = self.differentiable
-        return all(differentiable[k] for k, _, _ in self.shared)
 
 
 def _split_outputs(be, result):
@@ -294,11 +295,15 @@ def _split_outputs(be, result):
         elif be.is_tensor(out):
             kinds.append(KIND_TANGENT if be.differentiable(out) else KIND_NO_TANGENT)
         else:
-            raise TypeError(
-                f"the function returned a {type(out).__name__}; a differentiable call returns {be.name} tensors, "
-                "a tuple of them, or None"
-            )
+            raise _not_a_tensor(be, out)
     return structure, outputs, kinds
+
+
+def _not_a_tensor(be, out):
+    return TypeError(
+        f"the function returned a {type(out).__name__}; a differentiable call returns {be.name} tensors, "
+        "a tuple of them, or None"
+    )
 
 
 def _device_type(be, t):
@@ -364,7 +369,8 @@ class Pullback:
         self._positions = positions
         self._output_kinds = output_kinds
         # Shapes, dtypes and devices only: the outputs themselves are Julia's now.
-        self._expected = [(o.shape, o.dtype, be.device(o)) if o is not None else None for o in outputs]
+        self._expected = [(o.shape, o.dtype, be.device(o)) if kind == KIND_TANGENT else None
+                          for o, kind in zip(outputs, output_kinds)]
         self._retain = retain
         self._used = False
 
@@ -412,25 +418,29 @@ class Pullback:
             raise ValueError(f"the pullback takes {len(self._output_kinds)} cotangents (one per output), got {len(cotangents)}")
         given = []
         any_given = False
-        for k, (kind, x) in enumerate(zip(self._output_kinds, cotangents)):
-            if kind != KIND_TANGENT:
+        expected = self._expected
+        for k, x in enumerate(cotangents):
+            if expected[k] is None:
                 continue  # no tangent flows back from a non-differentiable output
-            shape, dtype, device = self._expected[k]
             if x is None:
                 given.append(None)
             else:
-                given.append(self._cotangent(k, x, shape, dtype, device))
+                given.append(self._cotangent(k, x, *expected[k]))
                 any_given = True
+        positions = self._positions
         kinds = [KIND_NO_TANGENT] * self._n_inputs
         tangents = [None] * self._n_inputs
-        for k in self._positions:
-            kinds[k] = KIND_ZERO
-        if any_given and self._positions:
-            results = self._vjp(given)
-            for k, g in zip(self._positions, results):
-                if g is not None:
+        if any_given and positions:
+            detach = self._be.detach
+            for k, g in zip(positions, self._vjp(given)):
+                if g is None:
+                    kinds[k] = KIND_ZERO
+                else:
                     kinds[k] = KIND_TANGENT
-                    tangents[k] = self._be.detach(g)
+                    tangents[k] = detach(g)
+        else:
+            for k in positions:
+                kinds[k] = KIND_ZERO
         self._used = True
         if not self._retain:
             self._vjp = None
@@ -469,7 +479,7 @@ class Function(_Callable):
     def forward(self, *objects):
         be = self.backend
         inputs = _Inputs(be, objects)
-        positions = inputs.positions()
+        positions = inputs.positions
         if be.name == "torch":
             result = self._torch_forward(inputs, positions)
         else:
@@ -505,7 +515,7 @@ class Function(_Callable):
         return meta["structure"], kinds, outputs
 
     def _torch_forward(self, inputs, positions):
-        if inputs.all_tensors_differentiable():
+        if inputs.all_tensors_differentiable:
             return self._torch_autograd_forward(inputs, positions)
         return self._torch_func_forward(inputs, positions)
 
@@ -578,34 +588,66 @@ class Function(_Callable):
         return Forward(self.backend, structure, kinds, outputs, pullback)
 
 
-def _member_sites(module, table, named, names):
+def _member_slots(module, table, named, names, first_index=0):
     """Where each named parameter (`table` "_parameters") or buffer ("_buffers") of `module` is
-    held: per name in `names`, the (owner's table, attribute) pairs of every submodule that
-    holds that tensor (several where weights are tied, which `named(remove_duplicate=False)`
-    lists under each of their names)."""
+    held, as (owner's table, attribute, index) triples: `index` is the name's place in `names`
+    (plus `first_index`), and a tensor held by several submodules (tied weights, which
+    `named(remove_duplicate=False)` lists under each of their names) has a triple for each."""
     places = {}
     for name, tensor in named(remove_duplicate=False):
         owner, _, attribute = name.rpartition(".")
         places.setdefault(id(tensor), []).append((getattr(module.get_submodule(owner), table), attribute))
     first = dict(named())
-    return [tuple(places[id(first[name])]) for name in names]
+    return [(table, attribute, first_index + k)
+            for k, name in enumerate(names) for table, attribute in places[id(first[name])]]
 
 
-def _functional_call(module, sites, tensors, args):
+def _functional_call(module, slots, tensors, args):
     """`torch.func.functional_call(module, dict(zip(names, tensors)), args)` with tied weights
     tied, done as torch does it (each tensor set in its owners' `_parameters`/`_buffers` tables
     for the call, the module's own put back after), with the owners found once per module
-    (`_member_sites`) rather than on every call."""
-    saved = []
+    (`_member_slots`) rather than on every call."""
+    originals = [table[attribute] for table, attribute, _ in slots]
     try:
-        for tensor, places in zip(tensors, sites):
-            for table, attribute in places:
-                saved.append((table, attribute, table[attribute]))
-                table[attribute] = tensor
+        for table, attribute, k in slots:
+            table[attribute] = tensors[k]
         return module(*args)
     finally:
-        for table, attribute, original in reversed(saved):
+        for (table, attribute, _), original in zip(slots, originals):
             table[attribute] = original
+
+
+class _KeptLeaves:
+    """A module's parameter leaves, kept from one call to the next as a module keeps its
+    parameters: per parameter, the leaf made of the tensor passed at a call, reused while the
+    same tensor comes again (Julia's layer passes the same tensors while its parameter arrays
+    are the same, `KeptParameters`). An entry goes when its tensor is collected, so no leaf holds
+    Julia's memory longer than the tensor Julia passed (but a pullback still holding it)."""
+
+    __slots__ = ("entries", "__weakref__")
+
+    def __init__(self, n):
+        self.entries = [None] * n
+
+    def leaf(self, k, tensor):
+        """The leaf of parameter `k`, passed as `tensor`: the kept one while it is still that
+        tensor's (the same memory, still requiring grad: a module may have changed either),
+        else a new one, kept."""
+        entry = self.entries[k]
+        if entry is not None:
+            leaf = entry[1]
+            if entry[0]() is tensor and leaf.requires_grad and leaf.data_ptr() == tensor.data_ptr():
+                return leaf
+        leaf = tensor.detach().requires_grad_()
+        holder = weakref.ref(self)
+
+        def forget(ref):
+            kept = holder()
+            if kept is not None and kept.entries[k] is not None and kept.entries[k][0] is ref:
+                kept.entries[k] = None
+
+        self.entries[k] = (weakref.ref(tensor, forget), leaf)
+        return leaf
 
 
 class Module(_Callable):
@@ -622,8 +664,9 @@ class Module(_Callable):
 
     Recorded with torch's autograd on detached leaves of the shared tensors, not torch.func:
     under a torch.func transform a module may not update a captured buffer in place, which
-    every batch norm does in training mode. The leaves never cross: outputs and cotangents are
-    detached before they are returned."""
+    every batch norm does in training mode. A parameter's leaf is kept while the same tensor
+    comes (`_KeptLeaves`), as the module's own parameters persist. The leaves never cross:
+    outputs and cotangents are detached before they are returned."""
 
     def __init__(self, module, order="reversed", retain=False):
         import torch
@@ -637,8 +680,10 @@ class Module(_Callable):
         self.tensor_type = torch.Tensor
         self.parameter_names = tuple(name for name, _ in module.named_parameters())
         self.buffer_names = tuple(name for name, _ in module.named_buffers())
-        self._sites = (_member_sites(module, "_parameters", module.named_parameters, self.parameter_names)
-                       + _member_sites(module, "_buffers", module.named_buffers, self.buffer_names))
+        self._slots = (_member_slots(module, "_parameters", module.named_parameters, self.parameter_names)
+                       + _member_slots(module, "_buffers", module.named_buffers, self.buffer_names,
+                                       len(self.parameter_names)))
+        self._kept_leaves = _KeptLeaves(len(self.parameter_names))
 
     def __repr__(self):
         return f"rsdlpack_autodiff.Module({type(self.module).__name__}, order={self.order!r})"
@@ -663,37 +708,51 @@ class Module(_Callable):
     def forward(self, training, *objects):
         be = self.backend
         n_params, n_buffers = len(self.parameter_names), len(self.buffer_names)
-        if len(objects) < n_params + n_buffers:
+        n_state = n_params + n_buffers
+        if len(objects) < n_state:
             raise ValueError(
                 f"the module takes its {n_params} parameters and {n_buffers} buffers before its arguments, "
                 f"got {len(objects)} tensors in all"
             )
-        buffer_positions = range(n_params, n_params + n_buffers)
-        inputs = _Inputs(self.backend, objects, never_differentiable=buffer_positions)
-        positions = inputs.positions()
-        leaves = list(inputs.values)
-        for k in positions:
-            leaves[k] = inputs.values[k].detach().requires_grad_()
-        buffers = [b.detach().clone() if b is not None else None for b in inputs.values[n_params:n_params + n_buffers]]
+        inputs = _Inputs(be, objects, never_differentiable=range(n_params, n_state))
+        positions = inputs.positions
+        arguments = list(inputs.values)
+        kept = self._kept_leaves
+        leaves = [kept.leaf(k, arguments[k]) if k < n_params else arguments[k].detach().requires_grad_()
+                  for k in positions]
+        for k, leaf in zip(positions, leaves):
+            arguments[k] = leaf
+        buffers = [b.detach().clone() if b is not None else None for b in arguments[n_params:n_state]]
+        arguments[n_params:n_state] = buffers
         if self.module.training != bool(training):  # train() walks every submodule: only on a change
             self.module.train(bool(training))
         try:
-            result = be.record(_functional_call, self.module, self._sites, (*leaves[:n_params], *buffers),
-                               leaves[n_params + n_buffers:])
+            result = be.record(_functional_call, self.module, self._slots, arguments, arguments[n_state:])
         finally:
             inputs.check_unchanged(be)
-        structure, outputs, kinds = _split_outputs(self.backend, result)
-        kinds = [KIND_TANGENT if kind == KIND_TANGENT and o.requires_grad else
-                 (KIND_NO_TANGENT if kind == KIND_TANGENT else kind) for o, kind in zip(outputs, kinds)]
-        diff_out = [o for o, kind in zip(outputs, kinds) if kind == KIND_TANGENT]
-        diff_leaves = [leaves[k] for k in positions]
+        # What autograd recorded decides: an output differentiates if it requires grad (a floating
+        # output that depends on no parameter or argument does not).
+        kinds, outputs, diff_out = [], [], []
+        tensor_type = be.tensor_type
+        for o in (result if isinstance(result, (tuple, list)) else (result,)):
+            if o is None:
+                kinds.append(KIND_NONE)
+            elif type(o) is not tensor_type and not isinstance(o, tensor_type):
+                raise _not_a_tensor(be, o)
+            elif o.requires_grad:
+                kinds.append(KIND_TANGENT)
+                diff_out.append(o)
+                o = o.detach()
+            else:
+                kinds.append(KIND_NO_TANGENT)
+            outputs.append(o)
         retain = self.retain
 
         def vjp(given):
             pairs = [(o, g) for o, g in zip(diff_out, given) if g is not None]
-            return be.grad([o for o, _ in pairs], diff_leaves, [g for _, g in pairs], retain)
+            return be.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], retain)
 
-        all_outputs = [o.detach() if o is not None else None for o in outputs] + [b for b in buffers]
-        all_kinds = kinds + [KIND_NO_TANGENT if b is not None else KIND_NONE for b in buffers]
-        pullback = Pullback(self.backend, self.order, vjp, len(objects), positions, all_kinds, all_outputs, retain)
-        return Forward(self.backend, TUPLE, all_kinds, all_outputs, pullback)
+        outputs += buffers
+        kinds += [KIND_NO_TANGENT if b is not None else KIND_NONE for b in buffers]
+        pullback = Pullback(be, self.order, vjp, len(objects), positions, kinds, outputs, retain)
+        return Forward(be, TUPLE, kinds, outputs, pullback)

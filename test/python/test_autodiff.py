@@ -829,6 +829,76 @@ def test_the_same_tensor_as_two_parameters_gets_each_place_its_own_gradient(brid
             np.testing.assert_allclose(read_in_place(julia, got), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
+class _RebindsItsWeight(torch.nn.Module):
+    """A linear map whose forward, when told to, points its weight at new memory (`.data =`) and
+    then computes with it, as a module that re-initialises a parameter would."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(2, 2))
+        self.rebind = False
+
+    def forward(self, x):
+        if self.rebind:
+            self.weight.data = self.weight.data.clone()
+        return x @ self.weight
+
+
+def test_a_parameters_leaf_is_kept_while_its_tensor_comes_and_made_anew_when_it_cannot_stand_for_it(bridge):
+    """The Python half keeps each parameter's leaf while the same tensor comes (as Julia's layer
+    keeps the tensor): the same leaf at the next call. A leaf is made anew where the tensor is
+    another, where the module pointed the leaf at other memory (every later call then reads
+    Julia's array again, not that memory) or turned its grad off; and a replaced tensor's leaf
+    lets go of its array once Julia drops the tensor."""
+    julia = Julia(bridge)
+    net = _RebindsItsWeight()
+    m = ad.Module(net)
+    w = julia.array((2, 2), "float32", values=np.eye(2))
+    x = julia.array((3, 2), "float32", np.random.default_rng(6))
+
+    def share(memory):
+        before = set(julia.arrays)
+        tensor = julia.share(memory, torch.Tensor)
+        (root,) = set(julia.arrays) - before
+        return tensor, root
+
+    kept, kept_root = share(w)
+    shared_x, x_root = share(x)
+
+    def call(weight):
+        forward = m.forward(True, weight, shared_x)
+        y = forward.outputs[0].numpy().copy()
+        (g, _) = forward.pullback(torch.ones(3, 2)).tensors
+        return y, m._kept_leaves.entries[0][1], g
+
+    _, first, _ = call(kept)
+    _, again, _ = call(kept)
+    assert again is first, "the same tensor, the same leaf"
+    net.rebind = True
+    y, rebound, _ = call(kept)
+    net.rebind = False
+    np.testing.assert_allclose(y, x)  # computed with the module's new memory, which held the same values
+    assert rebound is first and rebound.data_ptr() != w.ctypes.data
+    w[:] = 2 * np.eye(2)  # Julia's optimiser writes in place
+    y, after, _ = call(kept)
+    assert after is not rebound and after.data_ptr() == w.ctypes.data
+    np.testing.assert_allclose(y, 2 * x)
+    after.requires_grad_(False)  # as a module that froze its parameter in a call would leave it
+    _, unfrozen, g = call(kept)
+    assert unfrozen is not after and unfrozen.requires_grad
+    np.testing.assert_allclose(g.numpy(), x.sum(axis=0)[:, None] * np.ones((1, 2)), rtol=1e-6)
+    # Julia shares the array anew (another array came, or its memory moved): a new leaf, and the
+    # old tensor's root comes back once Julia drops that tensor.
+    replacement, replacement_root = share(w)
+    _, replaced, _ = call(replacement)
+    assert replaced is not unfrozen and replaced.data_ptr() == w.ctypes.data
+    assert julia.released() == set()
+    del kept, first, again, rebound, after, unfrozen
+    assert julia.released() == {kept_root}
+    del replacement, replaced, shared_x
+    assert julia.released() == {replacement_root, x_root}, "a kept leaf goes with its tensor"
+
+
 def test_the_julia_half_reads_the_same_codes():
     """julia/autodiff.jl's constants are this module's (Julia maps them, Python decides them)."""
     text = (REPO / "julia" / "autodiff.jl").read_text()
