@@ -1,9 +1,10 @@
 """What a differentiable call into torch costs beyond torch: forward + backward of an MLP through
 the same C-ABI sequence Julia's PyFunction/torch_layer makes (share each input into torch.Tensor,
 a Module's parameters once and then kept, as the Lux layer keeps them while the optimiser updates
-the same arrays in place; rsdlpack_autodiff's forward, import each output, share the cotangent,
-the pullback, import each input cotangent), against the same computation in Python torch alone, and against a bridge that
-copies every array through NumPy. A benchmark, not a test: it prints, asserts nothing.
+the same arrays in place; rsdlpack_autodiff's forward, import its outputs in one call, share the
+cotangent, the pullback, import the input cotangents in one call), against the same computation in
+Python torch alone, and against a bridge that copies every array through NumPy. A benchmark, not
+a test: it prints, asserts nothing.
 
     RSDLPACK_PYTHON_LIB=target/ext/release/librsdlpack_python.so .venv/bin/python benches/autodiff_overhead.py
 
@@ -58,6 +59,7 @@ from rsdlpack_ctypes import (  # noqa: E402
     ELEMENT_CODES,
     INDEX_ORDER_REVERSED,
     ArrayExport,
+    ArrayPlan,
     Bridge,
     ImportResult,
     PlanOptions,
@@ -105,14 +107,13 @@ class Rsdlpack:
         self.result = ShareResult()
         self.error = ctypes.c_void_p()
         self.plan_options = PlanOptions.of(order=INDEX_ORDER_REVERSED)
-        self.imported = ImportResult()
-        self.plan = self.imported.plan  # a view of `imported`'s field, made once
+        self.results = {}  # per count of results: the ImportResult array and views of its handles, made once
         self.roots = (ctypes.c_uint64 * 64)()
         self.kept = {}  # a Module's parameters shared at an earlier step: position -> (array, tensor)
         self.made = {}  # the paths without the bridge: their kept parameter tensors, by the call that made them
         # Pointers made once, as Julia's ccall passes Refs it holds.
         self.result_p, self.error_p = ctypes.byref(self.result), ctypes.byref(self.error)
-        self.plan_options_p, self.imported_p = ctypes.byref(self.plan_options), ctypes.byref(self.imported)
+        self.plan_options_p = ctypes.byref(self.plan_options)
 
     def export_of(self, memory):
         """The ArrayExport of an array (built on first sight, by the array's identity: the bench's
@@ -147,10 +148,26 @@ class Rsdlpack:
             entry = self.kept[k] = (memory, self.share(memory))
         return entry[1]
 
-    def import_(self, tensor):
-        code = self.lib.rsdlpack_py_import_plan(tensor, None, self.plan_options_p, self.imported_p, self.error_p)
+    def results_for(self, count):
+        """An array of `count` ImportResults and views of each one's handle (built on first use, as
+        Julia's results vector is; reading a handle is then one field read, as in Julia)."""
+        entry = self.results.get(count)
+        if entry is None:
+            results = (ImportResult * count)()
+            offset = ImportResult.plan.offset + ArrayPlan.tensor.offset
+            handles = [ctypes.c_void_p.from_buffer(results, k * ctypes.sizeof(ImportResult) + offset)
+                       for k in range(count)]
+            entry = self.results[count] = (results, handles)
+        return entry
+
+    def import_all(self, objects):
+        """Julia's import of a call's results (`import_results`): every tensor of the tuple in one
+        call; the handles, one per item that is not None."""
+        results, handles = self.results_for(len(objects))
+        code = self.lib.rsdlpack_py_import_plans(objects, None, self.plan_options_p, 0, results, len(objects),
+                                                 self.error_p)
         assert code == 0
-        return self.plan.tensor
+        return [h.value for h, o in zip(handles, objects) if o is not None]
 
     def parameters(self, params, made):
         """A Module step's parameter tensors, made by `made` at the first step and kept, as
@@ -173,13 +190,13 @@ class Rsdlpack:
         forward = self.call.forward(*self.prefix, *shared)
         del shared
         t2 = clock()
-        y = self.import_(forward.outputs[0])
+        (y,) = self.import_all(forward.outputs)
         shared_cotangent = self.share(cotangent)
         t3 = clock()
         grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
         del shared_cotangent
         t4 = clock()
-        handles = [self.import_(g) for g in grads.tensors]
+        handles = self.import_all(grads.tensors)
         release = self.lib.rsdlpack_imported_release
         release(y)  # what Julia's arrays do when they are collected
         for handle in handles:
@@ -206,7 +223,7 @@ class Rsdlpack:
         forward = self.call.forward(*self.prefix, *shared)
         del shared
         if glue:
-            glue["rsdlpack_py_import_plan"]()
+            glue["rsdlpack_py_import_plans"]()
             glue["rsdlpack_py_share_into"]()
         shared_cotangent = torch.from_numpy(cotangent)
         if glue:
@@ -214,8 +231,7 @@ class Rsdlpack:
         grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
         del shared_cotangent
         if glue:
-            for _ in grads.tensors:
-                glue["rsdlpack_py_import_plan"]()
+            glue["rsdlpack_py_import_plans"]()
             for _ in range(1 + len(grads.tensors)):
                 glue["rsdlpack_imported_release"]()
             glue["rsdlpack_py_take_released_roots"]()
@@ -256,7 +272,8 @@ class Rsdlpack:
         forward = self.call.forward(*self.prefix, *parameters, self.share(x))
         cotangent = self.share(cotangent)
         imported = 1 + len(forward.pullback(cotangent, *([None] * (len(forward.outputs) - 1))).tensors)
-        return {"rsdlpack_py_share_into": shared, "Py_DecRef": shared, "rsdlpack_py_import_plan": imported,
+        # The output and the input cotangents: each tuple in one call.
+        return {"rsdlpack_py_share_into": shared, "Py_DecRef": shared, "rsdlpack_py_import_plans": 2,
                 "rsdlpack_imported_release": imported, "rsdlpack_py_take_released_roots": 1}
 
 
@@ -277,8 +294,8 @@ class CtypesGlue:
                                        (rs.export_of(julia_array(np.ones((2, 4))))[1], torch.Tensor, rs.result_p,
                                         rs.error_p)),
             "Py_DecRef": ([ctypes.py_object], None, (tensor,)),
-            "rsdlpack_py_import_plan": (lib.rsdlpack_py_import_plan.argtypes, ctypes.c_int32,
-                                        (tensor, None, rs.plan_options_p, rs.imported_p, rs.error_p)),
+            "rsdlpack_py_import_plans": (lib.rsdlpack_py_import_plans.argtypes, ctypes.c_int32,
+                                         ((tensor,), None, rs.plan_options_p, 0, rs.results_for(1)[0], 1, rs.error_p)),
             "rsdlpack_imported_release": (lib.rsdlpack_imported_release.argtypes, None, (handle,)),
             "rsdlpack_py_take_released_roots": (lib.rsdlpack_py_take_released_roots.argtypes, ctypes.c_size_t,
                                                 (rs.roots, 64)),

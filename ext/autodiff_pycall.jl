@@ -26,3 +26,4 @@ RsDLPack.python_ints(o::PyObject) = Int[get(o, Int, k) for k in 0:length(o)-1]
 RsDLPack.python_items(o::PyObject) = PyObject[get(o, PyObject, k) for k in 0:length(o)-1]
 RsDLPack.python_strings(o::PyObject) = convert(Vector{String}, o)
 RsDLPack.python_release!(o::PyObject) = PyCall.pydecref(o)
+RsDLPack.python_import_all(o::PyObject, present, order::Symbol) = RsDLPack.import_dlpack_all(pointer_of, o, present; order)

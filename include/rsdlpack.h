@@ -668,6 +668,29 @@ int32_t rsdlpack_py_import_plan_with_flags(PyObject *object,
                                            char **error_out);
 
 /**
+ * Imports each item of the tuple `objects` as [`super::import_plan::rsdlpack_py_import_plan_with_flags`]
+ * imports one, with the same options and `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
+ * `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused), writing item `k`'s answer to
+ * `out[k]`. An item that is `None` is skipped: `out[k]` is not written. `objects` must hold
+ * exactly `count` items.
+ *
+ * On error nothing is held: the tensors already imported are released (their deleters run
+ * now), the message names the item (`item k of count: ...`) and its code is that item's.
+ *
+ * # Safety
+ * `objects` must be a live `PyObject*`; `plan_options` readable; `out` writable for `count`
+ * results (null when `count` is 0); `error_out` null or writable; a stream handle in
+ * `import_options` must be a live `CUstream` of every tensor's device until it is released.
+ */
+int32_t rsdlpack_py_import_plans(PyObject *objects,
+                                 const struct RsdlImportOptions *import_options,
+                                 const struct RsdlPlanOptions *plan_options,
+                                 uint32_t flags,
+                                 struct RsdlImportResult *out,
+                                 size_t count,
+                                 char **error_out);
+
+/**
  * Imports `object` (anything with `__dlpack__`, or a capsule), validates it once and answers
  * with its strided plan for the array `plan_options` describes, all in one call, written to
  * `*out`. `plan_options` and `flags` mean what they mean for

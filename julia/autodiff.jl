@@ -38,6 +38,11 @@ function python_items end
 function python_strings end
 "Lets go of this reference now rather than at garbage collection; anything else: nothing to do."
 python_release!(_) = nothing
+"""
+`import_dlpack_all` on a Python tuple (`from_dlpack(Array, x; order)` for each item where
+`present`, in one call into the bridge).
+"""
+function python_import_all end
 
 """
     PyFunction(f; backend=nothing, order=:reversed, retain_pullback=false)
@@ -114,21 +119,19 @@ function forward_call(f::PyFunction, args::Tuple)
         release_shared!(args, shared)
     end
     codes = python_ints(python_attribute(result, "codes"))
-    objects = python_items(python_attribute(result, "outputs"))
+    objects = python_attribute(result, "outputs")
     pullback = python_attribute(result, "pullback")
     python_release!(result)
     structure, n = codes[1], codes[2]
     # An import that throws leaves no Python object held: the outputs, and the pullback with
     # the inputs it saved, are released on the way out.
     outputs = try
-        ntuple(n) do k
-            codes[2+k] == KIND_NONE ? nothing : import_result(f, objects[k], codes[2+n+k])
-        end
+        import_results(f, objects, ntuple(k -> codes[2+k] == KIND_NONE ? nothing : codes[2+n+k], n))
     catch
         python_release!(pullback)
         rethrow()
     finally
-        foreach(python_release!, objects)
+        python_release!(objects)
     end
     return (structure == STRUCTURE_SINGLE ? outputs[1] : outputs), pullback, codes
 end
@@ -157,18 +160,36 @@ function pullback_call(f::PyFunction, pullback, cotangents::Tuple)
     finally
         release_shared!(cotangents, shared)
     end
-    codes = python_ints(python_attribute(result, "codes"))
-    objects = python_items(python_attribute(result, "tensors"))
+    codes = python_ints(python_attribute(result, "codes"))  # the kinds, then the devices
+    objects = python_attribute(result, "tensors")
     python_release!(result)
-    n = length(objects)
-    tangents = try
-        ntuple(n) do k
-            codes[k] == KIND_TANGENT ? import_result(f, objects[k], codes[n+k]) : codes[k]
-        end
+    n = length(codes) ÷ 2
+    arrays = try
+        import_results(f, objects, ntuple(k -> codes[k] == KIND_TANGENT ? codes[n+k] : nothing, n))
     finally
-        foreach(python_release!, objects)
+        python_release!(objects)
     end
-    return tangents
+    return ntuple(k -> codes[k] == KIND_TANGENT ? arrays[k] : codes[k], n)
+end
+
+"""
+    import_results(f::PyFunction, objects, devices::Tuple) -> Tuple
+
+The arrays over the tensors of the Python tuple `objects` (a forward's outputs, a pullback's
+cotangents): `nothing` where `devices[k]` is `nothing` (no tensor there), else an array of the
+type for DLPack device type `devices[k]`. Host tensors come all in one call into the bridge,
+others one by one.
+"""
+function import_results(f::PyFunction, objects, devices::Tuple)
+    any(!isnothing, devices) || return map(_ -> nothing, devices)
+    all(d -> d === nothing || d == KDLCPU, devices) &&
+        return python_import_all(objects, map(!isnothing, devices), f.order)
+    items = python_items(objects)
+    try
+        return ntuple(k -> devices[k] === nothing ? nothing : import_result(f, items[k], devices[k]), length(devices))
+    finally
+        foreach(python_release!, items)
+    end
 end
 
 # An argument as Python gets it: arrays shared zero-copy (anything `share` cannot describe,

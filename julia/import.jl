@@ -157,6 +157,26 @@ function import_dlpack(pointer_of, ::Type{A}, obj; copy::Union{Nothing,Bool}=not
 end
 
 """
+    import_dlpack_all(pointer_of, objects, present; order) -> Tuple
+
+`from_dlpack(Array, x; order)` for each item `x` of the Python tuple `objects` where
+`present[k]` (`nothing` elsewhere: the item is `None`), in one call into the bridge
+(`python_import_plans`). Nothing is held if an import or a wrap fails.
+"""
+function import_dlpack_all(pointer_of, objects, present::NTuple{N,Bool}; order::Symbol=:producer) where {N}
+    request = plan_options(Array, nothing, order, false)
+    plans = GC.@preserve objects python_import_plans(pointer_of(objects), present, import_options(Array, nothing),
+                                                     request, import_flags(writable_type(Array)))
+    owners = ntuple(k -> present[k] ? TensorOwner(plans[k].tensor) : nothing, N)
+    try
+        return ntuple(k -> present[k] ? wrap_imported(Array, plans[k], owners[k]) : nothing, N)
+    catch
+        foreach(o -> o === nothing || release_now!(o), owners)  # nothing escaped: release all now
+        rethrow()
+    end
+end
+
+"""
 The Python object a front-end's wrapper stands for, or `nothing`: the PythonCall extension
 unwraps `PyArray`, `PyList`, `PyIterable`, … (how juliacall hands Python arguments to a Julia
 function) to the `Py` they wrap.

@@ -203,6 +203,26 @@ function python_import_plan(object::Ptr{Cvoid}, options::ImportOptions, plan_opt
 end
 
 """
+    python_import_plans(tuple_pointer, present, options, plan_options, flags) -> Vector{ArrayPlan}
+
+`python_import_plan` for each item of the Python tuple at the borrowed `tuple_pointer`, in one
+call (`rsdlpack_py_import_plans`); `present[k]` says whether item `k` is a tensor (the others
+are `None`, skipped: their plans mean nothing). Each present plan's `tensor` (views and copies)
+is an owned handle: give it to a `TensorOwner` at once. On error nothing is held.
+"""
+function python_import_plans(objects::Ptr{Cvoid}, present::NTuple{N,Bool}, options::ImportOptions,
+                             plan_options::PlanOptions, flags::UInt32) where {N}
+    results = Vector{ImportResult}(undef, N)
+    checked() do message
+        ccall(python_symbol(:rsdlpack_py_import_plans), Int32,
+              (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ptr{ImportResult}, Csize_t, Ref{Ptr{UInt8}}),
+              objects, options, plan_options, flags, results, N, message)
+    end
+    any(k -> present[k] && results[k].released_roots != 0, 1:N) && unroot_released!()
+    return [r.plan for r in results]
+end
+
+"""
     python_import_strided_plan(object_pointer, options, plan_options, flags) -> StridedPlan
 
 As `python_import_plan`, answering with the strided plan (`rsdlpack_py_import_strided_plan`):

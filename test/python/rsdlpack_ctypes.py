@@ -314,6 +314,8 @@ class Bridge:
         lib.rsdlpack_py_share_into.restype = ctypes.c_int32
         lib.rsdlpack_py_import_plan_with_flags.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(PlanOptions), ctypes.c_uint32, ctypes.POINTER(ImportResult), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_import_plan_with_flags.restype = ctypes.c_int32
+        lib.rsdlpack_py_import_plans.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(PlanOptions), ctypes.c_uint32, ctypes.POINTER(ImportResult), ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+        lib.rsdlpack_py_import_plans.restype = ctypes.c_int32
         lib.rsdlpack_py_import_strided_plan.argtypes = [ctypes.py_object, ctypes.POINTER(ImportOptions), ctypes.POINTER(PlanOptions), ctypes.c_uint32, ctypes.POINTER(StridedPlan), ctypes.POINTER(ctypes.c_void_p)]
         lib.rsdlpack_py_import_strided_plan.restype = ctypes.c_int32
         lib.rsdlpack_py_share_with_flags.argtypes = [ctypes.POINTER(ArrayExport), ctypes.c_uint32, ctypes.POINTER(ShareResult), ctypes.POINTER(ctypes.c_void_p)]
@@ -365,6 +367,20 @@ class Bridge:
         else:
             code = self.lib.rsdlpack_py_import_plan_with_flags(obj, opts, ctypes.byref(plan_options), flags, ctypes.byref(out),
                                                                ctypes.byref(error))
+        if code != 0:
+            return None, (code, self._message(error))
+        return out, None
+
+    def import_plans(self, objects, plan_options=None, options=None, flags=0, count=None):
+        """rsdlpack_py_import_plans on the tuple `objects` (`count` results, by default one per
+        item): (a ctypes array of ImportResult, None) or (None, (code, message))."""
+        count = len(objects) if count is None else count
+        out = (ImportResult * max(count, 1))()
+        error = ctypes.c_void_p()
+        opts = ctypes.byref(options) if options is not None else None
+        plan_options = plan_options if plan_options is not None else PlanOptions.of()
+        code = self.lib.rsdlpack_py_import_plans(objects, opts, ctypes.byref(plan_options), flags, out, count,
+                                                 ctypes.byref(error))
         if code != 0:
             return None, (code, self._message(error))
         return out, None

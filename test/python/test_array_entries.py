@@ -9,7 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from rsdlpack_ctypes import (ELEMENT_CODES, PLAN_COPY, PLAN_EMPTY, PLAN_VIEW, ImportOptions, PlanOptions,
+from rsdlpack_ctypes import (CALL_DECLINE_REFUSALS, CALL_REFUSE_WITHOUT_GIL, ELEMENT_CODES, ERROR_CODE_BUFFER,
+                             ERROR_CODE_INVALID, ERROR_CODE_NOT_DLPACK, PLAN_COPY, PLAN_EMPTY, PLAN_VIEW,
+                             PLAN_WRITABLE_TYPE, ImportOptions, PlanOptions,
                              raw_element_code)
 
 LOADERS = ["bridge", "bridge_with_gil"]
@@ -322,3 +324,69 @@ def test_the_struct_sizes_match_the_mirrors(bridge):
     sizes = dict(re.findall(r"^    (Rsdl\w+) = (\d+),$", (pathlib.Path(__file__).parents[2] / "julia" / "abi.jl").read_text(), re.M))
     mirrors = (ImportOptions, PlanOptions, ImportResult, ArrayExport, ShareResult, StridedPlan)
     assert [ctypes.sizeof(s) for s in mirrors] == [int(sizes["Rsdl" + s.__name__]) for s in mirrors]
+
+
+def plan_fields(plan):
+    """What Julia builds an array from, read out of a plan (the handle aside)."""
+    return (plan.kind, plan.element_code, plan.ndims, plan.dims_(), plan.parent_address, plan.parent_dims_(),
+            plan.ranges_(), plan.permutation_(), plan.read_only)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_several_tensors_in_one_call_plan_as_one_call_each_plans_them(loader, request):
+    """rsdlpack_py_import_plans (a differentiable call's results, in one crossing): each item's
+    answer is the one rsdlpack_py_import_plan gives it, a None item's slot is left unwritten, and
+    each handle is released on its own."""
+    lib = request.getfixturevalue(loader)
+    torch = pytest.importorskip("torch")
+    arrays = (np.arange(12, dtype=np.float32).reshape(3, 4), None, torch.arange(6.0).reshape(2, 3).t(),
+              np.array(2.5), np.zeros((0, 2)))
+    owners = [a for a in arrays if isinstance(a, np.ndarray)]
+    before = [sys.getrefcount(a) for a in owners]
+    options = PlanOptions.of(order=1)
+    results, error = lib.import_plans(arrays, options)
+    assert error is None, error
+    for k, a in enumerate(arrays):
+        if a is None:
+            assert bytes(results[k]) == bytes(len(bytes(results[k]))), "a None item's slot is not written"
+            continue
+        single, error = lib.import_plan(a, options)
+        assert error is None, error
+        assert plan_fields(results[k].plan) == plan_fields(single.plan)
+        nonempty = (a.numel() if isinstance(a, torch.Tensor) else a.size) > 0
+        assert bool(results[k].plan.tensor) == bool(single.plan.tensor) == nonempty
+        lib.release_handle(single.plan.tensor)
+    del a
+    for result in results:
+        lib.release_handle(result.plan.tensor)
+    lib.lib.rsdlpack_py_flush_releases()
+    assert [sys.getrefcount(a) for a in owners] == before
+
+
+def test_an_item_that_fails_releases_the_ones_imported_before_it_and_is_named(bridge):
+    a, b, c = np.arange(3.0), np.arange(4.0), np.arange(5.0)
+    before = [sys.getrefcount(x) for x in (a, b, c)]
+    _, (code, message) = bridge.import_plans((a, None, b, [1, 2, 3], c))
+    assert code == ERROR_CODE_NOT_DLPACK and message.startswith("item 4 of 5: ") and "list" in message, message
+    _, (code, message) = bridge.import_plans((a, np.arange(4, dtype=np.float32)),
+                                             PlanOptions.of(element_code=ELEMENT_CODES["float64"]))
+    assert code == ERROR_CODE_BUFFER and message.startswith("item 2 of 2: ") and "Float32" in message, message
+    bridge.lib.rsdlpack_py_flush_releases()
+    assert [sys.getrefcount(x) for x in (a, b, c)] == before
+
+
+def test_several_tensors_come_in_a_tuple_of_count_items_with_the_flags_one_call_takes(bridge, bridge_with_gil):
+    a = np.arange(3.0)
+    _, (code, message) = bridge.import_plans([a, a])
+    assert code == ERROR_CODE_INVALID and "a tuple" in message and "list" in message, message
+    _, (code, message) = bridge.import_plans((a, a, a), count=2)
+    assert code == ERROR_CODE_INVALID and "3 items for a count of 2" in message, message
+    _, (code, message) = bridge.import_plans((a,), flags=CALL_DECLINE_REFUSALS)
+    assert code == ERROR_CODE_INVALID and "rsdlpack_py_import_plans: unknown flag bits" in message, message
+    results, error = bridge.import_plans((), count=0)
+    assert error is None
+    # Julia's flags, the GIL held across the call as Julia holds it.
+    results, error = bridge_with_gil.import_plans((a,), flags=CALL_REFUSE_WITHOUT_GIL | PLAN_WRITABLE_TYPE)
+    assert error is None and results[0].plan.kind == PLAN_VIEW
+    bridge.release_handle(results[0].plan.tensor)
+    bridge.lib.rsdlpack_py_flush_releases()

@@ -86,6 +86,21 @@ class Julia:
         assert result.plan.kind == PLAN_VIEW
         return result.plan.parent_address, result.plan.tensor
 
+    def import_all(self, objects):
+        """Julia's import of a differentiable call's results (`import_results`, julia/autodiff.jl):
+        every tensor of the tuple `objects` in one call (rsdlpack_py_import_plans), each asserted a
+        view in place; (address, handle) per item, None where the item is None."""
+        results, error = self.bridge.import_plans(objects, PlanOptions.of(order=ORDERS[self.order]))
+        assert error is None, error
+        imported = []
+        for obj, result in zip(objects, results):
+            if obj is None:
+                imported.append(None)
+                continue
+            assert result.plan.kind == PLAN_VIEW
+            imported.append((result.plan.parent_address, result.plan.tensor))
+        return imported
+
     def released(self):
         gc.collect()
         self.bridge.lib.rsdlpack_py_flush_releases()
@@ -103,7 +118,7 @@ def run(julia, function, memories, cotangent_for=None, prefix=()):
     shared = [None if m is None else julia.share(m, into) for m in memories]
     forward = function.forward(*prefix, *shared)
     del shared
-    outputs = [None if o is None else read_in_place(julia, o) for o in forward.outputs]
+    outputs = read_all_in_place(julia, forward.outputs)
     if cotangent_for is None:
         return forward, outputs, None
     cotangents = cotangent_for(forward)
@@ -111,17 +126,38 @@ def run(julia, function, memories, cotangent_for=None, prefix=()):
     result = forward.pullback(*shared)
     del shared
     assert result.codes == (*result.kinds, *(1 if t is not None else 0 for t in result.tensors))
-    read = [read_in_place(julia, t) if kind == ad.KIND_TANGENT else kind for kind, t in zip(result.kinds, result.tensors)]
+    assert all((t is not None) == (kind == ad.KIND_TANGENT) for kind, t in zip(result.kinds, result.tensors))
+    read = [value if kind == ad.KIND_TANGENT else kind
+            for kind, value in zip(result.kinds, read_all_in_place(julia, result.tensors))]
     return forward, outputs, read
 
 
 def read_in_place(julia, tensor):
     """The tensor imported as Julia imports it, asserting the view is at the tensor's own address."""
     address, handle = julia.import_(tensor)
-    values = np.asarray(tensor) if not isinstance(tensor, torch.Tensor) else tensor.numpy()
     assert address == data_address(tensor), "imported somewhere else than the tensor's memory: a copy"
     julia.bridge.release_handle(handle)
-    return values.copy()
+    return values_of(tensor)
+
+
+def read_all_in_place(julia, objects):
+    """The tensors of the tuple `objects` imported as Julia imports a call's results (all in one
+    call), each asserted a view at the tensor's own address; None where the item is None."""
+    values = []
+    for tensor, imported in zip(objects, julia.import_all(objects)):
+        if imported is None:
+            values.append(None)
+            continue
+        address, handle = imported
+        assert address == data_address(tensor), "imported somewhere else than the tensor's memory: a copy"
+        values.append(values_of(tensor))
+        julia.bridge.release_handle(handle)
+    return values
+
+
+def values_of(tensor):
+    """A copy of a torch or JAX tensor's values, as NumPy."""
+    return (tensor.numpy() if isinstance(tensor, torch.Tensor) else np.asarray(tensor)).copy()
 
 
 def data_address(t):

@@ -40,6 +40,14 @@ pub enum BridgeError {
     #[error("{what} raised {message}")]
     Producer { what: String, message: String },
 
+    /// An error of one item of a call on several (`rsdlpack_py_import_plans`), `index` 1-based.
+    #[error("item {index} of {count}: {error}")]
+    Item {
+        index: usize,
+        count: usize,
+        error: Box<BridgeError>,
+    },
+
     #[error("an object of type {type_name} is neither a DLPack capsule nor has __dlpack__")]
     NotDlpack { type_name: String },
 
@@ -364,6 +372,7 @@ impl BridgeError {
             | UnsupportedInterpreter { .. }
             | OtherInterpreter { .. } => ErrorCode::Interpreter,
             Panic { .. } => ErrorCode::Internal,
+            Item { error, .. } => error.code(),
         }
     }
 

@@ -2,7 +2,8 @@
 //! define (include/rsdlpack.h is generated from these modules by cbindgen).
 //!
 //! - [`import_plan`]: `rsdlpack_py_import_plan`, import + validate + plan in one call (Julia's
-//!   `from_dlpack`), whose handles [`held`] copies and releases, now or later;
+//!   `from_dlpack`), whose handles [`held`] copies and releases, now or later; [`import_plans`]:
+//!   the same for each tensor of a tuple, in one call (a differentiable call's results);
 //!   [`strided_plan`]: the same call answering with the strided plan (Julia's
 //!   `from_dlpack(StridedView, t)`), with the same handles; [`tensor_device`]: where an
 //!   object's tensor lives, asked before an import whose target depends on it (Julia's
@@ -22,6 +23,8 @@
 pub mod values;
 
 pub mod import_plan;
+
+pub mod import_plans;
 
 pub mod strided_plan;
 
