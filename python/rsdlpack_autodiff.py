@@ -332,7 +332,7 @@ class Forward:
         self.structure = structure
         self.kinds = tuple(kinds)
         self.outputs = tuple(outputs)
-        self.devices = tuple(_device_type(be, o) for o in self.outputs)
+        self.devices = tuple([_device_type(be, o) for o in self.outputs])
         self.pullback = pullback
 
     @property
@@ -350,7 +350,7 @@ class Cotangents:
     def __init__(self, be, kinds, tensors):
         self.kinds = tuple(kinds)
         self.tensors = tuple(tensors)
-        self.devices = tuple(_device_type(be, t) for t in self.tensors)
+        self.devices = tuple([_device_type(be, t) for t in self.tensors])
 
     @property
     def codes(self):

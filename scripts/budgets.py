@@ -32,6 +32,7 @@ SHIPPED_FLOORS = {
     "export round trip": "numpy round trip",
     "torch import": "torch floor",
     "julia torch": "torch floor",
+    "julia torch tuple of 5": "torch floor x5",
     "share into torch": "torch to_py floor",
 }
 

@@ -73,6 +73,9 @@ static struct {
      * timed through rsdlpack_py_import_plan. */
     int (*import_plan_with_flags)(PyObject *, const RsdlImportOptions *, const RsdlPlanOptions *,
                                   uint32_t, RsdlImportResult *, char **);
+    /* A differentiable call's results in one call; absent from older libraries (rows left out). */
+    int (*import_plans)(PyObject *, const RsdlImportOptions *, const RsdlPlanOptions *, uint32_t,
+                        RsdlImportResult *, size_t, char **);
     void (*imported_release)(void *);
     int (*export_)(DLManagedTensorVersioned *, PyObject **, char **);
     int (*share)(const RsdlArrayExport *, RsdlShareResult *, char **);
@@ -99,8 +102,10 @@ static const char *layout_names[LAYOUTS] = {"C 3x4",        "transposed 3x4",
 static PyObject *layouts[LAYOUTS];
 static PyObject *layout; /* the one the current row times */
 
-/* torch, where it imports. */
-static PyObject *torch_tensor, *torch_type, *torch_from_dlpack;
+/* torch, where it imports; `torch_tuple` holds TUPLE of its tensors (a differentiable call's
+ * results: the output and the gradients of an MLP's four parameters). */
+enum { TUPLE = 5 };
+static PyObject *torch_tensor, *torch_type, *torch_from_dlpack, *torch_tuple;
 static const ExchangeApi *torch_api;
 
 static void check(int code, const char *what) {
@@ -230,6 +235,21 @@ static void torch_to_py_floor(void) {
 }
 static void ours_torch(void) { import_from(torch_tensor, NULL); }
 static void julia_torch(void) { julia_from(torch_tensor); }
+/* Julia's import of a call's results: the tuple in one call, each handle released. */
+static void julia_torch_tuple(void) {
+    RsdlImportResult results[TUPLE];
+    check(lib.import_plans(torch_tuple, &CPU, &JULIA_ARRAY, JULIA_FLAGS, results, TUPLE, NULL),
+          "rsdlpack_py_import_plans");
+    for (int k = 0; k < TUPLE; k++) {
+        lib.imported_release(results[k].plan.tensor);
+    }
+}
+/* Its floor: torch's own call and deleter once per tensor. */
+static void torch_floor_tuple(void) {
+    for (int k = 0; k < TUPLE; k++) {
+        torch_floor();
+    }
+}
 
 static double now(void) {
     struct timespec t;
@@ -327,12 +347,14 @@ static int budget(long calls, int torch) {
         {"torch floor", torch_floor, NULL, 1},
         {"torch import", ours_torch, NULL, 1},
         {"julia torch", julia_torch, NULL, 1},
+        {"torch floor x5", torch_floor_tuple, NULL, 1},
+        {"julia torch tuple of 5", julia_torch_tuple, NULL, 1},
         {"torch to_py floor", torch_to_py_floor, NULL, 1},
         {"share into torch", share_into_torch, NULL, 1},
     };
     CALLGRIND_START_INSTRUMENTATION;
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
-        if (paths[p].needs_torch && !torch) {
+        if ((paths[p].needs_torch && !torch) || (paths[p].run == julia_torch_tuple && !lib.import_plans)) {
             continue;
         }
         layout = paths[p].on ? *paths[p].on : NULL;
@@ -370,10 +392,15 @@ static int load_torch(void) {
     torch_type = PyObject_GetAttrString(torch, "Tensor");
     torch_from_dlpack = PyObject_GetAttrString(torch, "from_dlpack");
     torch_tensor = PyObject_CallMethod(torch, "ones", "(ii)", 3, 4);
+    torch_tuple = PyTuple_New(TUPLE);
+    for (int k = 0; torch_tuple && torch_tensor && k < TUPLE; k++) {
+        Py_INCREF(torch_tensor);
+        PyTuple_SET_ITEM(torch_tuple, k, torch_tensor);
+    }
     PyObject *capsule = torch_type ? PyObject_GetAttrString(torch_type, "__dlpack_c_exchange_api__")
                                    : NULL;
     torch_api = capsule ? PyCapsule_GetPointer(capsule, "dlpack_exchange_api") : NULL;
-    if (!torch_type || !torch_from_dlpack || !torch_tensor || !torch_api) {
+    if (!torch_type || !torch_from_dlpack || !torch_tensor || !torch_tuple || !torch_api) {
         PyErr_Clear();
         printf("NOT RUN: the torch rows (this torch has no __dlpack_c_exchange_api__)\n");
         return 0;
@@ -427,6 +454,7 @@ int main(int argc, char **argv) {
     *(void **)&lib.import_plan = symbol(handle, "rsdlpack_py_import_plan");
     *(void **)&lib.import_plan_with_flags = dlsym(handle, "rsdlpack_py_import_plan_with_flags");
     *(void **)&lib.imported_release = symbol(handle, "rsdlpack_imported_release");
+    *(void **)&lib.import_plans = dlsym(handle, "rsdlpack_py_import_plans");
     *(void **)&lib.export_ = symbol(handle, "rsdlpack_py_export");
     *(void **)&lib.share = symbol(handle, "rsdlpack_py_share");
     *(void **)&lib.share_into = dlsym(handle, "rsdlpack_py_share_into");

@@ -3,7 +3,7 @@
 //! comes with a handle to the imported tensor, released by the functions of [`super::held`].
 //! [`import_then`] is that call less the plan, which [`super::strided_plan`] shares.
 
-use super::border::{Attach, attach_for, entry_point, with_object_as};
+use super::border::{attach_for, entry_point, with_object_as};
 use super::held::Held;
 use super::managed::RsdlImportOptions;
 use super::values::{
@@ -213,7 +213,7 @@ pub unsafe extern "C" fn rsdlpack_py_import_plan_with_flags(
 /// (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`, `RSDLPACK_PLAN_WRITABLE_TYPE`, which sets
 /// [`Access::WritableType`], and `RSDLPACK_CALL_DECLINE_REFUSALS`; other bits refused, naming
 /// `function`), the options read, `object` imported (under the GIL, as `flags` allow) and
-/// `plan` run on the tensor with the request, as [`ImportCall::import_one`] does.
+/// `plan` run on the tensor with the request ([`import_planned`]).
 ///
 /// # Safety
 /// `object` must be a live `PyObject*`; `plan_options` readable (non-null); `import_options`
@@ -228,84 +228,67 @@ pub(super) unsafe fn import_then(
     flags: u32,
     plan: impl FnOnce(&TensorDescriptor, &ArrayRequest) -> BridgeResult<bool>,
 ) -> BridgeResult<*mut c_void> {
-    // SAFETY: forwarded from this function's contract.
-    let call = unsafe {
-        ImportCall::read(
-            function,
-            import_options,
-            plan_options,
-            flags,
-            RSDLPACK_CALL_REFUSE_WITHOUT_GIL
-                | RSDLPACK_PLAN_WRITABLE_TYPE
-                | RSDLPACK_CALL_DECLINE_REFUSALS,
-        )
-    }?;
+    let attach = attach_for(
+        function,
+        flags,
+        RSDLPACK_CALL_REFUSE_WITHOUT_GIL
+            | RSDLPACK_PLAN_WRITABLE_TYPE
+            | RSDLPACK_CALL_DECLINE_REFUSALS,
+    )?;
+    // SAFETY: `plan_options` is readable (this function's contract).
+    let request = unsafe { plan_request(plan_options, flags) }?;
+    // SAFETY: `import_options` is null or readable (this function's contract).
+    let import_request = unsafe { RsdlImportOptions::read(import_options) }?;
     // SAFETY: `object` is a live object the caller lends us for the call.
-    unsafe { with_object_as(call.attach, object, |object| call.import_one(object, plan)) }
-}
-
-/// What an import entry point was asked, read once per call: how to attach to Python, the
-/// array plan's request and the producer's (stream, device, copy), and the flags.
-pub(super) struct ImportCall {
-    pub(super) attach: Attach,
-    request: ArrayRequest,
-    import_request: ImportRequest,
-    flags: u32,
-}
-
-impl ImportCall {
-    /// `flags` checked (bits outside `allowed` refused, naming `function`;
-    /// `RSDLPACK_PLAN_WRITABLE_TYPE` sets [`Access::WritableType`]) and both options read.
-    ///
-    /// # Safety
-    /// `plan_options` readable (non-null); `import_options` null or readable.
-    pub(super) unsafe fn read(
-        function: &'static str,
-        import_options: *const RsdlImportOptions,
-        plan_options: *const RsdlPlanOptions,
-        flags: u32,
-        allowed: u32,
-    ) -> BridgeResult<Self> {
-        let attach = attach_for(function, flags, allowed)?;
-        // SAFETY: `plan_options` is readable (this function's contract).
-        let mut request = unsafe { *plan_options }.parse()?;
-        if flags & RSDLPACK_PLAN_WRITABLE_TYPE != 0 {
-            request.access = Access::WritableType;
-        }
-        // SAFETY: `import_options` is null or readable (this function's contract).
-        let import_request = unsafe { RsdlImportOptions::read(import_options) }?;
-        Ok(Self {
-            attach,
-            request,
-            import_request,
-            flags,
+    unsafe {
+        with_object_as(attach, object, |object| {
+            import_planned(object, &import_request, &request, flags, plan)
         })
     }
+}
 
-    /// Imports `object` (the GIL held) and runs `plan` on the tensor with the request. When
-    /// `plan` answers `true` the caller holds the tensor: its handle for the functions of
-    /// [`super::held`] comes back. Otherwise, and on every error, the tensor is dropped here
-    /// (its deleter runs now) and the answer is null or the error ([`refusal`]'s: a type object
-    /// named as one, declinable errors declined when the flags ask). A stream handle in the
-    /// import options must be a live `CUstream` of the tensor's device until its release (the
-    /// entry points' contract).
-    pub(super) fn import_one(
-        &self,
-        object: &Bound<'_, PyAny>,
-        plan: impl FnOnce(&TensorDescriptor, &ArrayRequest) -> BridgeResult<bool>,
-    ) -> BridgeResult<*mut c_void> {
-        let flags = self.flags;
-        let tensor = import(object, &self.import_request).map_err(|e| refusal(object, flags, e))?;
-        // On error or `false`, `tensor` drops here, under the GIL: its deleter runs now.
-        if !plan(tensor.descriptor(), &self.request).map_err(|e| refusal(object, flags, e))? {
-            return Ok(std::ptr::null_mut());
-        }
-        let held = Held {
-            tensor,
-            order: self.request.order,
-        };
-        Ok(held.into_handle())
+/// The plan request of `plan_options`, `RSDLPACK_PLAN_WRITABLE_TYPE` in `flags` making it
+/// [`Access::WritableType`].
+///
+/// # Safety
+/// `plan_options` must be readable.
+#[inline]
+pub(super) unsafe fn plan_request(
+    plan_options: *const RsdlPlanOptions,
+    flags: u32,
+) -> BridgeResult<ArrayRequest> {
+    // SAFETY: readable (this function's contract).
+    let mut request = unsafe { *plan_options }.parse()?;
+    if flags & RSDLPACK_PLAN_WRITABLE_TYPE != 0 {
+        request.access = Access::WritableType;
     }
+    Ok(request)
+}
+
+/// `object` (the GIL held) imported as `import_request` asks and `plan` run on the tensor with
+/// `request`. When `plan` answers `true` the caller holds the tensor: its handle for the
+/// functions of [`super::held`] comes back. Otherwise, and on every error, the tensor is dropped
+/// here (its deleter runs now) and the answer is null or the error ([`refusal`]'s, as `flags`
+/// ask). A stream handle in `import_request` must be a live `CUstream` of the tensor's device
+/// until its release (the import entry points' contract).
+#[inline]
+pub(super) fn import_planned(
+    object: &Bound<'_, PyAny>,
+    import_request: &ImportRequest,
+    request: &ArrayRequest,
+    flags: u32,
+    plan: impl FnOnce(&TensorDescriptor, &ArrayRequest) -> BridgeResult<bool>,
+) -> BridgeResult<*mut c_void> {
+    let tensor = import(object, import_request).map_err(|e| refusal(object, flags, e))?;
+    // On error or `false`, `tensor` drops here, under the GIL: its deleter runs now.
+    if !plan(tensor.descriptor(), request).map_err(|e| refusal(object, flags, e))? {
+        return Ok(std::ptr::null_mut());
+    }
+    let held = Held {
+        tensor,
+        order: request.order,
+    };
+    Ok(held.into_handle())
 }
 
 /// What an import of `object` that failed with `error` reports, decided on the error path

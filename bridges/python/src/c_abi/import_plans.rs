@@ -1,19 +1,20 @@
 //! The one-crossing import of several tensors: what Julia's differentiable calls import their
 //! outputs and input cotangents with, the tuple a forward or a pullback returned, in one call.
 
-use super::border::{entry_point, with_object_as};
+use super::border::{attach_for, entry_point, with_object_as};
 use super::held::Held;
-use super::import_plan::{ImportCall, RsdlImportResult, RsdlPlanOptions};
+use super::import_plan::{RsdlImportResult, RsdlPlanOptions, import_planned, plan_request};
 use super::managed::RsdlImportOptions;
 use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_WRITABLE_TYPE};
 use crate::error::{BridgeError, BridgeResult, refuse_null};
 use crate::export::roots;
+use crate::import::ImportRequest;
 use crate::python::names;
 use crate::python::release;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use rsdlpack::layout::{Decision, decide};
+use rsdlpack::layout::{ArrayRequest, Decision, decide};
 use std::ffi::c_char;
 
 const FUNCTION: &str = "rsdlpack_py_import_plans";
@@ -49,16 +50,20 @@ pub unsafe extern "C" fn rsdlpack_py_import_plans(
                 names: "out (with a count)",
             });
         }
-        // SAFETY: forwarded from this entry point's contract; `plan_options` checked non-null.
-        let call = unsafe {
-            ImportCall::read(
-                FUNCTION,
-                import_options,
-                plan_options,
-                flags,
-                RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_PLAN_WRITABLE_TYPE,
-            )
-        }?;
+        let attach = attach_for(
+            FUNCTION,
+            flags,
+            RSDLPACK_CALL_REFUSE_WITHOUT_GIL | RSDLPACK_PLAN_WRITABLE_TYPE,
+        )?;
+        // SAFETY: `plan_options` is readable (checked non-null; this entry point's contract).
+        let request = unsafe { plan_request(plan_options, flags) }?;
+        // SAFETY: `import_options` is null or readable (this entry point's contract).
+        let import_request = unsafe { RsdlImportOptions::read(import_options) }?;
+        let call = Call {
+            import_request,
+            request,
+            flags,
+        };
         let results: &mut [RsdlImportResult] = if count == 0 {
             &mut []
         } else {
@@ -68,7 +73,7 @@ pub unsafe extern "C" fn rsdlpack_py_import_plans(
         };
         // SAFETY: `objects` is a live object the caller lends us for the call.
         unsafe {
-            with_object_as(call.attach, objects, |objects| {
+            with_object_as(attach, objects, |objects| {
                 import_items(&call, objects, results)
             })
         }
@@ -77,10 +82,17 @@ pub unsafe extern "C" fn rsdlpack_py_import_plans(
     unsafe { entry_point(error_out, body) }
 }
 
+/// What every item of a call is imported with.
+struct Call {
+    import_request: ImportRequest,
+    request: ArrayRequest,
+    flags: u32,
+}
+
 /// The items of `objects` (a tuple of `results.len()` items) imported into `results`; on an
 /// item's error, the handles written before it released and the error named by the item.
 fn import_items(
-    call: &ImportCall,
+    call: &Call,
     objects: &Bound<'_, PyAny>,
     results: &mut [RsdlImportResult],
 ) -> BridgeResult<()> {
@@ -104,9 +116,15 @@ fn import_items(
             continue;
         }
         let result = &mut results[k];
-        let imported = call.import_one(&item, |descriptor, request| {
-            Ok(decide(descriptor, request, &mut result.plan)? != Decision::Empty)
-        });
+        let imported = import_planned(
+            &item,
+            &call.import_request,
+            &call.request,
+            call.flags,
+            |descriptor, request| {
+                Ok(decide(descriptor, request, &mut result.plan)? != Decision::Empty)
+            },
+        );
         match imported {
             Ok(handle) => result.plan.tensor = handle,
             Err(error) => {
