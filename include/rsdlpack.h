@@ -668,7 +668,7 @@ int32_t rsdlpack_py_import_plan_with_flags(PyObject *object,
                                            char **error_out);
 
 /**
- * Imports each item of the tuple `objects` as [`super::import_plan::rsdlpack_py_import_plan_with_flags`]
+ * Imports each item of the tuple `objects` as `rsdlpack_py_import_plan_with_flags`
  * imports one, with the same options and `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
  * `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused), writing item `k`'s answer to
  * `out[k]`. An item that is `None` is skipped: `out[k]` is not written. `objects` must hold
