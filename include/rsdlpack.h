@@ -671,8 +671,8 @@ int32_t rsdlpack_py_import_plan_with_flags(PyObject *object,
  * Imports each item of the tuple `objects` as `rsdlpack_py_import_plan_with_flags`
  * imports one, with the same options and `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
  * `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused), writing item `k`'s answer to
- * `out[k]`. An item that is `None` is skipped: `out[k]` is not written. `objects` must hold
- * exactly `count` items.
+ * `out[k]`. An item that is `None` is skipped: `out[k].plan.tensor` is null, the rest of
+ * `out[k]` means nothing. `objects` must hold exactly `count` items.
  *
  * On error nothing is held: the tensors already imported are released (their deleters run
  * now), the message names the item (`item k of count: ...`) and its code is that item's.

@@ -177,8 +177,8 @@ end
 
 The arrays over the tensors of the Python tuple `objects` (a forward's outputs, a pullback's
 cotangents): `nothing` where `devices[k]` is `nothing` (no tensor there), else an array of the
-type for DLPack device type `devices[k]`. Host tensors come all in one call into the bridge,
-others one by one.
+type for DLPack device type `devices[k]`. When every tensor is on the host, all come in one call
+into the bridge; otherwise each is imported by itself.
 """
 function import_results(f::PyFunction, objects, devices::Tuple)
     any(!isnothing, devices) || return map(_ -> nothing, devices)

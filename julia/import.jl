@@ -171,7 +171,14 @@ function import_dlpack_all(pointer_of, objects, present::NTuple{N,Bool}; order::
     try
         return ntuple(k -> present[k] ? wrap_imported(Array, plans[k], owners[k]) : nothing, N)
     catch
-        foreach(o -> o === nothing || release_now!(o), owners)  # nothing escaped: release all now
+        # Nothing escaped: release every tensor now; the wrap's error is the one to report.
+        foreach(owners) do owner
+            owner === nothing && return
+            try
+                release_now!(owner)
+            catch  # the tensor is released whatever the release reports
+            end
+        end
         rethrow()
     end
 end

@@ -123,6 +123,7 @@ const PYTHON_SYMBOLS_LOCK = ReentrantLock()
 # Looked up once at load: the calls every import makes, and the finalizers' release (which may
 # take no lock).
 const IMPORT_PLAN = Ref{Ptr{Cvoid}}(C_NULL)
+const IMPORT_PLANS = Ref{Ptr{Cvoid}}(C_NULL)
 const SHARE = Ref{Ptr{Cvoid}}(C_NULL)
 const SHARE_INTO = Ref{Ptr{Cvoid}}(C_NULL)
 const RELEASE_AFTER = Ref{Ptr{Cvoid}}(C_NULL)
@@ -143,6 +144,7 @@ function load_python_bridge!()
                                            "rebuild it (`Pkg.build(\"RsDLPack\")`)")
         end
         IMPORT_PLAN[] = Libdl.dlsym(library, :rsdlpack_py_import_plan_with_flags)
+        IMPORT_PLANS[] = Libdl.dlsym(library, :rsdlpack_py_import_plans)
         SHARE[] = Libdl.dlsym(library, :rsdlpack_py_share_with_flags)
         SHARE_INTO[] = Libdl.dlsym(library, :rsdlpack_py_share_into_with_flags)
         RELEASE_AFTER[] = Libdl.dlsym(library, :rsdlpack_imported_release_after)
@@ -207,14 +209,15 @@ end
 
 `python_import_plan` for each item of the Python tuple at the borrowed `tuple_pointer`, in one
 call (`rsdlpack_py_import_plans`); `present[k]` says whether item `k` is a tensor (the others
-are `None`, skipped: their plans mean nothing). Each present plan's `tensor` (views and copies)
-is an owned handle: give it to a `TensorOwner` at once. On error nothing is held.
+are `None`: their plans have a null `tensor` and mean nothing else). Each present plan's
+`tensor` (views and copies) is an owned handle: give it to a `TensorOwner` at once. On error
+nothing is held.
 """
 function python_import_plans(objects::Ptr{Cvoid}, present::NTuple{N,Bool}, options::ImportOptions,
                              plan_options::PlanOptions, flags::UInt32) where {N}
     results = Vector{ImportResult}(undef, N)
     checked() do message
-        ccall(python_symbol(:rsdlpack_py_import_plans), Int32,
+        ccall(loaded(IMPORT_PLANS), Int32,
               (Ptr{Cvoid}, Ref{ImportOptions}, Ref{PlanOptions}, UInt32, Ptr{ImportResult}, Csize_t, Ref{Ptr{UInt8}}),
               objects, options, plan_options, flags, results, N, message)
     end

@@ -373,9 +373,11 @@ class Bridge:
 
     def import_plans(self, objects, plan_options=None, options=None, flags=0, count=None):
         """rsdlpack_py_import_plans on the tuple `objects` (`count` results, by default one per
-        item): (a ctypes array of ImportResult, None) or (None, (code, message))."""
+        item), into results filled with 0xFF bytes first: (a ctypes array of ImportResult, None)
+        or (None, (code, message))."""
         count = len(objects) if count is None else count
         out = (ImportResult * max(count, 1))()
+        ctypes.memset(out, 0xFF, ctypes.sizeof(out))  # what an uninitialized Julia vector may hold
         error = ctypes.c_void_p()
         opts = ctypes.byref(options) if options is not None else None
         plan_options = plan_options if plan_options is not None else PlanOptions.of()

@@ -118,6 +118,8 @@ def run(julia, function, memories, cotangent_for=None, prefix=()):
     shared = [None if m is None else julia.share(m, into) for m in memories]
     forward = function.forward(*prefix, *shared)
     del shared
+    # What Julia's import_results relies on: None exactly where the kinds say so.
+    assert all((o is None) == (kind == ad.KIND_NONE) for kind, o in zip(forward.kinds, forward.outputs))
     outputs = read_all_in_place(julia, forward.outputs)
     if cotangent_for is None:
         return forward, outputs, None

@@ -22,8 +22,8 @@ const FUNCTION: &str = "rsdlpack_py_import_plans";
 /// Imports each item of the tuple `objects` as `rsdlpack_py_import_plan_with_flags`
 /// imports one, with the same options and `flags` (`RSDLPACK_CALL_REFUSE_WITHOUT_GIL`,
 /// `RSDLPACK_PLAN_WRITABLE_TYPE`; other bits are refused), writing item `k`'s answer to
-/// `out[k]`. An item that is `None` is skipped: `out[k]` is not written. `objects` must hold
-/// exactly `count` items.
+/// `out[k]`. An item that is `None` is skipped: `out[k].plan.tensor` is null, the rest of
+/// `out[k]` means nothing. `objects` must hold exactly `count` items.
 ///
 /// On error nothing is held: the tensors already imported are released (their deleters run
 /// now), the message names the item (`item k of count: ...`) and its code is that item's.
@@ -112,10 +112,11 @@ fn import_items(
         });
     }
     for (k, item) in items.iter().enumerate() {
+        let result = &mut results[k];
         if item.is_none() {
+            result.plan.tensor = std::ptr::null_mut();
             continue;
         }
-        let result = &mut results[k];
         let imported = import_planned(
             &item,
             &call.import_request,
