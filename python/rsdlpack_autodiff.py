@@ -629,16 +629,29 @@ class _KeptLeaves:
     def __init__(self, n):
         self.entries = [None] * n
 
-    def leaf(self, k, tensor):
-        """The leaf of parameter `k`, passed as `tensor`: the kept one while it is still that
-        tensor's (the same memory, still requiring grad: a module may have changed either),
-        else a new one, kept."""
-        entry = self.entries[k]
-        if entry is not None:
-            leaf = entry[1]
-            if entry[0]() is tensor and leaf.requires_grad and leaf.data_ptr() == tensor.data_ptr():
-                return leaf
-        leaf = tensor.detach().requires_grad_()
+    def put_leaves(self, arguments, positions):
+        """Puts a leaf in place of each differentiable input (`positions` of `arguments`) and
+        returns them: a parameter's kept one (the first `len(entries)` inputs) while it is still
+        its tensor's (the same memory, still requiring grad: a module may have changed either),
+        else a new one, kept for a parameter."""
+        entries = self.entries
+        n_kept = len(entries)
+        leaves = []
+        for k in positions:
+            tensor = arguments[k]
+            entry = entries[k] if k < n_kept else None
+            if entry is not None and entry[0]() is tensor and entry[1].requires_grad \
+                    and entry[1].data_ptr() == tensor.data_ptr():
+                leaf = entry[1]
+            else:
+                leaf = tensor.detach().requires_grad_()
+                if k < n_kept:
+                    self._keep(k, tensor, leaf)
+            arguments[k] = leaf
+            leaves.append(leaf)
+        return leaves
+
+    def _keep(self, k, tensor, leaf):
         holder = weakref.ref(self)
 
         def forget(ref):
@@ -647,7 +660,6 @@ class _KeptLeaves:
                 kept.entries[k] = None
 
         self.entries[k] = (weakref.ref(tensor, forget), leaf)
-        return leaf
 
 
 class Module(_Callable):
@@ -716,12 +728,8 @@ class Module(_Callable):
             )
         inputs = _Inputs(be, objects, never_differentiable=range(n_params, n_state))
         positions = inputs.positions
-        arguments = list(inputs.values)
-        kept = self._kept_leaves
-        leaves = [kept.leaf(k, arguments[k]) if k < n_params else arguments[k].detach().requires_grad_()
-                  for k in positions]
-        for k, leaf in zip(positions, leaves):
-            arguments[k] = leaf
+        arguments = inputs.values  # this call's own list: the leaves go in place
+        leaves = self._kept_leaves.put_leaves(arguments, positions)
         buffers = [b.detach().clone() if b is not None else None for b in arguments[n_params:n_state]]
         arguments[n_params:n_state] = buffers
         if self.module.training != bool(training):  # train() walks every submodule: only on a change
