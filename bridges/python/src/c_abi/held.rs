@@ -57,7 +57,7 @@ impl Held {
     /// # Safety
     /// `handle` must come from [`Self::into_handle`] (through [`rsdlpack_py_import_plan`]) and
     /// not have been consumed.
-    pub(super) unsafe fn take(handle: *mut std::ffi::c_void) -> Option<Self> {
+    unsafe fn take(handle: *mut std::ffi::c_void) -> Option<Self> {
         let order = match handle.addr() & Self::REVERSED {
             0 => IndexOrder::Producer,
             _ => IndexOrder::Reversed,

@@ -2,7 +2,7 @@
 //! outputs and input cotangents with, the tuple a forward or a pullback returned, in one call.
 
 use super::border::{attach_for, entry_point, with_object_as};
-use super::held::Held;
+use super::held::rsdlpack_imported_release;
 use super::import_plan::{RsdlImportResult, RsdlPlanOptions, import_planned, plan_request};
 use super::managed::RsdlImportOptions;
 use super::values::{RSDLPACK_CALL_REFUSE_WITHOUT_GIL, RSDLPACK_PLAN_WRITABLE_TYPE};
@@ -10,7 +10,6 @@ use crate::error::{BridgeError, BridgeResult, refuse_null};
 use crate::export::roots;
 use crate::import::ImportRequest;
 use crate::python::names;
-use crate::python::release;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -147,17 +146,14 @@ fn import_items(
     Ok(())
 }
 
-/// Releases the handles written for the items before a failed one (`None` items wrote none).
+/// Releases the handles written for the items before a failed one (`None` items wrote none),
+/// as `rsdlpack_imported_release` releases one.
 fn release_written(items: &Bound<'_, PyTuple>, written: &[RsdlImportResult]) {
     for (result, item) in written.iter().zip(items.iter()) {
-        if item.is_none() {
-            continue;
-        }
-        // SAFETY: written by `import_items` in this call (a handle, or null for an empty plan)
-        // and handed to nobody yet: consumed here, once.
-        if let Some(held) = unsafe { Held::take(result.plan.tensor) } {
-            // The error being reported is the item's; the deleter has run regardless.
-            let _ = release::release_imported_here_or_defer(held.tensor);
+        if !item.is_none() {
+            // SAFETY: written by `import_items` in this call (a handle, or null for an empty
+            // plan) and handed to nobody yet: consumed here, once.
+            unsafe { rsdlpack_imported_release(result.plan.tensor) };
         }
     }
 }
