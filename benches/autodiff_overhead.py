@@ -17,10 +17,14 @@ To compare with an earlier Python half side by side in the same run, name a copy
 "torch alone" is the idiomatic Python way: the module called on the input (its parameters
 requiring grad), then torch.autograd.grad for the parameters and the input; "functional_call"
 is the same through torch.func.functional_call on leaves the caller owns (what the Lux layer's
-functional style asks of torch). The C calls go through ctypes (as the pytest suite calls them),
-which costs per call what Julia's ccall does not: each call's ctypes glue is priced on the same
-call of a C function that ignores its arguments (`CtypesGlue`), and the overhead is printed with
-and without it.
+functional style asks of torch). The step is made two ways. From C ("from C": the CPython
+extension benches/autodiff_step.c, which this script builds into target/bench with the
+interpreter's headers wherever there is a C compiler), the calls julia/autodiff.jl makes through
+ccall, with nothing between them and the bridge: what the step costs Julia, less Julia's own
+wrapping of the results. Through ctypes (as the pytest suite calls the bridge), which costs per
+call what Julia's ccall does not; its glue is also priced apart, on the same calls of a C function
+that ignores its arguments (`CtypesGlue`). A difference to a baseline is the median of the
+round-by-round differences (each path runs once a round), with its quartiles.
 
 The MLP is Linear(4096 => 16), Tanh, Linear(16 => 4096), called as the Lux layer calls it
 (parameters the caller owns and keeps, gradients for the parameters and the input): its input, output and
@@ -37,6 +41,11 @@ against torch alone and against functional_call) and for a frozen module as a fu
 input (`Function`, against torch alone differentiating the input only): the Python half alone,
 ctypes' cost as the step runs, the bridge's C calls, and the same crossings made by the peers'
 own from_dlpack (torch's and NumPy's) in the same step, the floor any DLPack bridge reads against.
+Then the same 4-wide step with cold caches (`cold_cost`): caches swept as a 64 MiB activation
+sweeps them, each path timed less its sweeps, which reads at batch 2 what the step costs beyond
+torch at batch 4096, where torch alone's own spread hides it.
+
+`--callgrind-count` runs the step scripts/budgets.py counts under callgrind instead.
 """
 
 import ctypes
@@ -44,8 +53,11 @@ import functools
 import importlib.util
 import os
 import pathlib
+import shutil
 import statistics
+import subprocess
 import sys
+import sysconfig
 import time
 
 import numpy as np
@@ -114,6 +126,13 @@ class Rsdlpack:
         # Pointers made once, as Julia's ccall passes Refs it holds.
         self.result_p, self.error_p = ctypes.byref(self.result), ctypes.byref(self.error)
         self.plan_options_p = ctypes.byref(self.plan_options)
+
+    def from_c(self, steps, params, x, cotangent):
+        """This step made in C by `steps` (build_c_step's module) on these arrays, as Julia's
+        ccall makes it: `.step()` runs one, `.timed_step()` also adds the time in the bridge's
+        calls to `.bridge_seconds`."""
+        return steps.Stepper(self.bridge.path, self.call.forward, self.prefix, torch.Tensor,
+                             () if self.function else tuple(params), x, cotangent)
 
     def export_of(self, memory):
         """The ArrayExport of an array (built on first sight, by the array's identity: the bench's
@@ -189,12 +208,14 @@ class Rsdlpack:
         t1 = clock()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
+        forward.codes  # read, as Julia reads the kinds and devices
         t2 = clock()
         (y,) = self.import_all(forward.outputs)
         shared_cotangent = self.share(cotangent)
         t3 = clock()
         grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
         del shared_cotangent
+        grads.codes  # read, as Julia reads them
         t4 = clock()
         handles = self.import_all(grads.tensors)
         release = self.lib.rsdlpack_imported_release
@@ -222,6 +243,7 @@ class Rsdlpack:
             glue["Py_DecRef"]()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
+        forward.codes  # read, as Julia reads them
         if glue:
             glue["rsdlpack_py_import_plans"]()
             glue["rsdlpack_py_share_into"]()
@@ -230,6 +252,7 @@ class Rsdlpack:
             glue["Py_DecRef"]()
         grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
         del shared_cotangent
+        grads.codes  # read, as Julia reads them
         if glue:
             glue["rsdlpack_py_import_plans"]()
             for _ in range(1 + len(grads.tensors)):
@@ -250,12 +273,14 @@ class Rsdlpack:
         t1 = clock()
         forward = self.call.forward(*self.prefix, *shared)
         del shared
+        forward.codes  # read, as Julia reads them
         t2 = clock()
         y = np.from_dlpack(forward.outputs[0])
         shared_cotangent = torch.from_dlpack(cotangent)
         t3 = clock()
         grads = forward.pullback(shared_cotangent, *([None] * (len(forward.outputs) - 1)))
         del shared_cotangent
+        grads.codes  # read, as Julia reads them
         t4 = clock()
         handles = [np.from_dlpack(g) for g in grads.tensors]
         del y, handles
@@ -318,6 +343,23 @@ class CtypesGlue:
         return sum(self.seconds[name] * n for name, n in calls.items())
 
 
+def build_c_step():
+    """benches/autodiff_step.c built with the venv interpreter's headers into target/bench and
+    loaded (the step as Julia makes it, with no ctypes), or None where there is no C compiler."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        return None
+    out = REPO / "target" / "bench" / ("rsdlpack_autodiff_step" + sysconfig.get_config_var("EXT_SUFFIX"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([compiler, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-std=c11", "-D_GNU_SOURCE",
+                    "-I", str(REPO / "include"), "-I", sysconfig.get_config_var("INCLUDEPY"),
+                    str(REPO / "benches" / "autodiff_step.c"), "-o", str(out), "-ldl"], check=True)
+    spec = importlib.util.spec_from_file_location("rsdlpack_autodiff_step", out)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_before():
     """The Python half named by RSDLPACK_AUTODIFF_BEFORE (a copy of an earlier one), or None."""
     path = os.environ.get("RSDLPACK_AUTODIFF_BEFORE")
@@ -370,12 +412,21 @@ def median_ms(samples):
     return statistics.median(samples) * 1e3
 
 
+def paired(samples, baseline):
+    """Round by round, `samples` less `baseline` (each path runs once a round, so a slow stretch
+    of the machine hits both): the median and quartiles of the differences, in µs, as text."""
+    differences = [(a - b) * 1e6 for a, b in zip(samples, baseline)]
+    quartiles = statistics.quantiles(differences, n=4) if len(differences) > 1 else differences * 3
+    return f"{statistics.median(differences):.1f} µs (quartiles {quartiles[0]:.1f} to {quartiles[2]:.1f})"
+
+
 def main():
     library = os.environ.get("RSDLPACK_PYTHON_LIB")
     if not library:
         sys.exit("RSDLPACK_PYTHON_LIB must name the built bridge (source scripts/env.sh; build_python_bridge)")
     bridge = Bridge(library, ctypes.PyDLL)  # the GIL held across each call, as under Julia
     before = load_before()
+    steps = build_c_step()
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, FEATURES))
     names = [n for n, _ in module.named_parameters()]
@@ -385,11 +436,9 @@ def main():
     rsdlpack_before = Rsdlpack(bridge, module, before) if before else None
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); MLP Linear({FEATURES} => {HIDDEN}), "
           f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input)")
-    print(f"{'batch':>6} {'crossing':>9} {'torch alone':>12} {'functional_call':>16} "
-          f"{'RsDLPack before':>16} {'RsDLPack':>10} {'NumPy copies':>13} {'RsDLPack - torch':>17} "
-          f"{'- functional_call':>18} "
-          f"{'bridge calls':>13} {'peers from_dlpack':>18} {'copies':>9} {'copies / bridge calls':>22}")
-    for batch, rounds in ((64, 41), (4096, 9)) if not QUICK else ((4, 2), (8, 2)):
+    if steps is None:
+        print("NOT RUN: the step from C (benches/autodiff_step.c) needs a C compiler; the ctypes rows stand alone")
+    for batch, rounds in ((64, 201), (4096, 15)) if not QUICK else ((4, 2), (8, 2)):
         rng = np.random.default_rng(batch)
         x_np = julia_array(rng.standard_normal((batch, FEATURES)))
         ct_np = julia_array(rng.standard_normal((batch, FEATURES)))
@@ -400,52 +449,71 @@ def main():
         assert all(np.allclose(b, w.numpy(), rtol=1e-4, atol=1e-5) for b, w in zip(back, want))
         idiomatic = torch_idiomatic(module, x_t, ct_t)
         assert all(torch.allclose(i, w, rtol=1e-4, atol=1e-5) for i, w in zip(idiomatic, want))
-        times = {"torch": [], "functional_call": [], "before": [], "rsdlpack": [], "numpy": [], "bridge": [],
-                 "copies": [], "peers": [], "peers' crossings": []}
+        timers = {name: Timer() for name in ("ctypes", "copies", "peers")}
         paths = {
-            "torch": lambda: torch_idiomatic(module, x_t, ct_t),
+            "torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
             "functional_call": lambda: torch_alone(module, names, params_t, x_t, ct_t),
-            "rsdlpack": lambda: rsdlpack.step(params_np, x_np, ct_np, rs_timer),
-            "numpy": lambda: numpy_copies(module, names, params_np, x_np, ct_np, np_timer),
-            "peers": lambda: rsdlpack.step_through_peers(params_np, x_np, ct_np, peers_timer),
+            "through ctypes": lambda: rsdlpack.step(params_np, x_np, ct_np, timers["ctypes"]),
+            "copies": lambda: numpy_copies(module, names, params_np, x_np, ct_np, timers["copies"]),
+            "peers": lambda: rsdlpack.step_through_peers(params_np, x_np, ct_np, timers["peers"]),
         }
+        if steps is not None:
+            from_c = rsdlpack.from_c(steps, params_np, x_np, ct_np)
+            paths["from C"] = from_c.timed_step
         if rsdlpack_before:
-            paths["before"] = lambda: rsdlpack_before.step(params_np, x_np, ct_np, Timer())
+            paths["before"] = (rsdlpack_before.from_c(steps, params_np, x_np, ct_np).step if steps is not None else
+                               lambda: rsdlpack_before.step(params_np, x_np, ct_np))
         for run in paths.values():  # warm-up: first calls, the argument structs built
-            rs_timer, np_timer, peers_timer = Timer(), Timer(), Timer()
             run()
+        times = {name: [] for name in paths}
+        parts = {name: [] for name in ("ctypes", "copies", "peers", "from C")}
         for k in range(rounds):
-            rs_timer, np_timer, peers_timer = Timer(), Timer(), Timer()
+            for timer in timers.values():
+                timer.parts.clear()
+            bridge_seconds = from_c.bridge_seconds if steps is not None else 0.0
             order = list(paths) if k % 2 == 0 else list(reversed(paths))
             for name in order:
                 t0 = time.perf_counter()
                 paths[name]()
                 times[name].append(time.perf_counter() - t0)
-            times["bridge"].append(rs_timer.parts["bridge calls"])
-            times["copies"].append(np_timer.parts["copies"])
-            times["peers' crossings"].append(peers_timer.parts["crossings"])
-        bridge_us = statistics.median(times["bridge"]) * 1e6
-        copies_us = statistics.median(times["copies"]) * 1e6
-        peers_us = statistics.median(times["peers' crossings"]) * 1e6
-        crossing = f"{x_np.nbytes / 2**20:g} MiB"
-        before_ms = f"{median_ms(times['before']):>13.3f} ms" if times["before"] else f"{'-':>16}"
-        print(f"{batch:>6} {crossing:>9} {median_ms(times['torch']):>9.3f} ms "
-              f"{median_ms(times['functional_call']):>13.3f} ms {before_ms} {median_ms(times['rsdlpack']):>7.3f} ms "
-              f"{median_ms(times['numpy']):>10.3f} ms "
-              f"{(median_ms(times['rsdlpack']) - median_ms(times['torch'])) * 1e3:>14.1f} µs "
-              f"{(median_ms(times['rsdlpack']) - median_ms(times['functional_call'])) * 1e3:>15.1f} µs "
-              f"{bridge_us:>10.1f} µs {peers_us:>15.1f} µs {copies_us / 1e3:>6.2f} ms "
-              f"{copies_us / bridge_us:>21.0f}×")
+            parts["ctypes"].append(timers["ctypes"].parts["bridge calls"])
+            parts["copies"].append(timers["copies"].parts["copies"])
+            parts["peers"].append(timers["peers"].parts["crossings"])
+            if steps is not None:
+                parts["from C"].append(from_c.bridge_seconds - bridge_seconds)
+        us = {name: statistics.median(samples) * 1e6 if samples else float("nan") for name, samples in parts.items()}
+        print(f"batch {batch}, {x_np.nbytes / 2**20:g} MiB crossing each way (medians of {rounds} rounds): "
+              f"torch alone {median_ms(times['torch alone']):.3f} ms, functional_call "
+              f"{median_ms(times['functional_call']):.3f} ms, NumPy copies {median_ms(times['copies']):.3f} ms")
+        rows = [("from C", "RsDLPack from C (Julia's calls)", "from C"), ("through ctypes", "RsDLPack through ctypes",
+                                                                          "ctypes")]
+        if "before" in paths:
+            rows.append(("before", "RsDLPack before" + (" from C" if steps is not None else " through ctypes"), None))
+        for name, label, part in rows:
+            if name not in paths:
+                continue
+            calls = f"; its bridge calls {us[part]:.1f} µs" if part else ""
+            print(f"  {label:<34} {median_ms(times[name]):7.3f} ms: beyond torch alone "
+                  f"{paired(times[name], times['torch alone'])}, beyond functional_call "
+                  f"{paired(times[name], times['functional_call'])}{calls}")
+        bridge_us = us["from C"] if steps is not None else us["ctypes"]
+        print(f"  the same crossings by the peers' own from_dlpack {us['peers']:.1f} µs; NumPy's copies "
+              f"{us['copies'] / 1e3:.2f} ms, {us['copies'] / bridge_us:.0f}× the bridge's calls "
+              f"({'from C' if steps is not None else 'through ctypes'})")
         sys.stdout.flush()
-    fixed_cost(bridge, before, per_round=500 if not QUICK else 5)
-    fixed_cost(bridge, before, FEATURES, HIDDEN, 64 if not QUICK else 4, per_round=20 if not QUICK else 2)
+    fixed_cost(bridge, before, steps, per_round=500 if not QUICK else 5)
+    fixed_cost(bridge, before, steps, FEATURES, HIDDEN, 64 if not QUICK else 4, per_round=5 if not QUICK else 2,
+               rounds=201 if not QUICK else 3)
+    cold_cost(bridge, steps, mib=64 if not QUICK else 1, rounds=101 if not QUICK else 3)
 
 
-def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
+def fixed_cost(bridge, before, steps, features=4, hidden=4, batch=2, per_round=500, rounds=41):
     """The per-call cost, read apart: the whole sequence on an MLP (by default 4-wide at batch 2,
-    where torch's own work is smallest) against torch alone on the same, and the Python half alone
-    and with ctypes' glue. 41 rounds; in each, every path runs `per_round` calls in turn (alternating
-    order); the median over rounds of each path's mean per call."""
+    where torch's own work is smallest) against torch alone on the same, from C and through ctypes,
+    and the Python half alone and with ctypes' glue. In each of `rounds` rounds, every path runs
+    `per_round` calls in turn (alternating order); a path's figure is the median over rounds of
+    its mean per call, and its difference to a baseline the median of the round-by-round
+    differences."""
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, features))
     names = [n for n, _ in module.named_parameters()]
@@ -454,7 +522,7 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
     rng = np.random.default_rng(batch)
     x_np, ct_np = julia_array(rng.standard_normal((batch, features))), julia_array(rng.standard_normal((batch, features)))
     x_t, ct_t = torch.from_numpy(x_np), torch.from_numpy(ct_np)
-    calls, steps = {}, {}
+    calls, steps_by_name, from_c = {}, {}, {}
     paths = {"torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
              "torch alone, input only": lambda: torch_idiomatic(module, x_t, ct_t, inputs_only=True),
              "functional_call": lambda: torch_alone(module, names, params_t, x_t, ct_t)}
@@ -463,12 +531,15 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
             continue
         for kind, function in (("Module", False), ("Function", True)):
             name = kind + label
-            rs = steps[name] = Rsdlpack(bridge, module, ad_module, function=function)
+            rs = steps_by_name[name] = Rsdlpack(bridge, module, ad_module, function=function)
             calls[name] = rs.calls_per_step(params_np, x_np, ct_np)
             paths[name] = (lambda rs: lambda: rs.step(params_np, x_np, ct_np))(rs)
-    glue = CtypesGlue(steps["Module"], x_t)
+            if steps is not None:
+                from_c[name] = rs.from_c(steps, params_np, x_np, ct_np)
+                paths[name + ", from C"] = from_c[name].step
+    glue = CtypesGlue(steps_by_name["Module"], x_t)
     for kind in ("Module", "Function"):
-        rs = steps[kind]
+        rs = steps_by_name[kind]
         paths[kind + ": Python half"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np))(rs)
         paths[kind + ": Python half + glue"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np,
                                                                                           glue.calls))(rs)
@@ -477,7 +548,6 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
         for _ in range(max(per_round // 2, 5)):
             run()
     per_call = {name: [] for name in paths}
-    rounds = 41 if not QUICK else 3
     for k in range(rounds):
         order = list(paths) if k % 2 == 0 else list(reversed(paths))
         for name in order:
@@ -485,16 +555,21 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
             t0 = time.perf_counter()
             for _ in range(per_round):
                 run()
-            per_call[name].append((time.perf_counter() - t0) / per_round * 1e6)
-    median = {name: statistics.median(samples) for name, samples in per_call.items()}
+            per_call[name].append((time.perf_counter() - t0) / per_round)
+    median = {name: statistics.median(samples) * 1e6 for name, samples in per_call.items()}
     # Where a step's time goes, timed apart (the timer's own clock reads would inflate the above).
     parts = {}
-    for name, rs in steps.items():
+    n = max(rounds * per_round // 5, 1)
+    for name, rs in steps_by_name.items():
         timer = Timer()
-        n = max(rounds * per_round // 5, 1)
         for _ in range(n):
             rs.step(params_np, x_np, ct_np, timer)
         parts[name] = {part: seconds / n * 1e6 for part, seconds in timer.parts.items()}
+        if name in from_c:
+            stepper, bridge_seconds = from_c[name], from_c[name].bridge_seconds
+            for _ in range(n):
+                stepper.timed_step()
+            parts[name]["from C"] = (stepper.bridge_seconds - bridge_seconds) / n * 1e6
         if name in ("Module", "Function"):
             timer = Timer()
             for _ in range(n):
@@ -505,40 +580,159 @@ def fixed_cost(bridge, before, features=4, hidden=4, batch=2, per_round=500):
           f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
           f"functional_call {median['functional_call']:.1f} µs; ctypes glue per call "
           + ", ".join(f"{name} {seconds * 1e6:.2f} µs" for name, seconds in glue.seconds.items()))
-    # ctypes' cost as the step runs: the Python half with the step's calls of a C function that
-    # ignores its arguments, less the Python half alone, round by round (its median and quartiles:
-    # a difference of two paths of ~100 µs each, so noisy). It is this tree's Python half's, also
-    # where an earlier Python half's rows subtract it: the calls are the same.
-    glue_us, glue_spread = {}, {}
+    # ctypes' cost as the step runs, priced apart: the Python half with the step's calls of a C
+    # function that ignores its arguments, less the Python half alone, round by round. The rows
+    # from C need no such estimate; through ctypes less from C is what ctypes costs, measured.
+    glue_us = {}
     for kind in ("Module", "Function"):
-        rounds_us = [g - h for g, h in zip(per_call[kind + ": Python half + glue"], per_call[kind + ": Python half"])]
-        glue_us[kind] = statistics.median(rounds_us)
-        quartiles = statistics.quantiles(rounds_us, n=4) if len(rounds_us) > 1 else [rounds_us[0]] * 3
-        glue_spread[kind] = f"quartiles {quartiles[0]:.1f} to {quartiles[2]:.1f}"
-    for name in steps:
+        glue_us[kind] = paired(per_call[kind + ": Python half + glue"], per_call[kind + ": Python half"])
+    for name in steps_by_name:
         kind = name.split()[0]
         baselines = ["torch alone, input only"] if kind == "Function" else ["torch alone", "functional_call"]
-        beyond = "; ".join(f"{median[name] - median[b]:6.1f} µs beyond {b!r} "
-                           f"({median[name] - median[b] - glue_us[kind]:5.1f} without ctypes)" for b in baselines)
-        print(f"  {name:<16} {median[name]:7.1f} µs: {beyond}; ctypes glue of its {sum(calls[name].values())} calls "
-              f"{glue_us[kind]:.1f} µs in the step ({glue_spread[kind]}; {glue.of(calls[name]) * 1e6:.1f} µs in a loop "
-              f"of their own); bridge calls {parts[name]['bridge calls']:.1f} µs, Python half "
-              f"{parts[name]['forward + pullback (Python)']:.1f} µs")
+        if name in from_c:
+            beyond = "; ".join(f"{paired(per_call[name + ', from C'], per_call[b])} beyond {b!r}" for b in baselines)
+            print(f"  {name + ', from C':<31} {median[name + ', from C']:7.1f} µs: {beyond}; bridge calls "
+                  f"{parts[name]['from C']:.1f} µs (timed in C)")
+        beyond = "; ".join(f"{paired(per_call[name], per_call[b])} beyond {b!r}" for b in baselines)
+        measured = (f"; through ctypes less from C {paired(per_call[name], per_call[name + ', from C'])}"
+                    if name in from_c else "")
+        print(f"  {name + ', through ctypes':<31} {median[name]:7.1f} µs: {beyond}; bridge calls "
+              f"{parts[name]['bridge calls']:.1f} µs, Python half {parts[name]['forward + pullback (Python)']:.1f} µs; "
+              f"ctypes' glue of its {sum(calls[name].values())} calls, priced apart: {glue_us[kind]} in the step, "
+              f"{glue.of(calls[name]) * 1e6:.1f} µs in a loop of their own{measured}")
     for kind in ("Module", "Function"):
         baseline = "torch alone, input only" if kind == "Function" else "torch alone"
         half = median[kind + ": Python half"]
         print(f"  {kind}'s Python half alone (torch.from_numpy inputs, no bridge): {half:.1f} µs, "
-              f"{half - median[baseline]:.1f} µs beyond {baseline!r}; the bridge (its C calls and the lines that "
-              f"make them), ctypes' glue less: {median[kind] - median[kind + ': Python half + glue']:.1f} µs")
-        peers = median[kind + ": peers' from_dlpack"]
+              f"{paired(per_call[kind + ': Python half'], per_call[baseline])} beyond {baseline!r}")
+        peers_name = kind + ": peers' from_dlpack"
+        ours, route = (kind + ", from C", "from C") if kind in from_c else (kind, "through ctypes")
         peers_calls = parts[kind]["peers' crossings"]
         print(f"  {kind} with the same crossings through the peers' own from_dlpack (torch.from_dlpack of "
-              f"NumPy arrays, np.from_dlpack of torch's): {peers:.1f} µs, {peers - median[baseline]:.1f} µs beyond "
-              f"{baseline!r}, {peers - half:.1f} µs of them the crossings; RsDLPack's step "
-              f"{median[kind] - peers:.1f} µs beyond it ({median[kind] - peers - glue_us[kind]:.1f} without ctypes); "
-              f"timed in the step, the peers' calls {peers_calls:.1f} µs against the bridge's "
-              f"{parts[kind]['bridge calls']:.1f} µs (ctypes' glue included)")
+              f"NumPy arrays, np.from_dlpack of torch's): {median[peers_name]:.1f} µs, "
+              f"{paired(per_call[peers_name], per_call[baseline])} beyond {baseline!r}; RsDLPack's step ({route}) "
+              f"{paired(per_call[ours], per_call[peers_name])} beyond it; timed in the step, the peers' calls "
+              f"{peers_calls:.1f} µs")
+
+
+class CacheSweep(torch.nn.Module):
+    """A layer that evicts the caches, as a large activation does, in its forward and in its
+    backward (a copy of `mib` MiB), and adds the time that took to `self.seconds`, so that a step
+    can be timed without it."""
+
+    def __init__(self, mib):
+        super().__init__()
+        self.source = np.ones(mib * 2**20 // 4, dtype=np.float32)
+        self.target = np.empty_like(self.source)
+        self.seconds = 0.0
+        sweep = self.sweep
+
+        class Sweep(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                sweep()
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                sweep()
+                return grad
+
+        self.function = Sweep
+
+    def sweep(self):
+        t0 = time.perf_counter()
+        np.copyto(self.target, self.source)
+        self.seconds += time.perf_counter() - t0
+
+    def forward(self, x):
+        return self.function.apply(x)
+
+
+def cold_cost(bridge, steps, mib=64, rounds=101):
+    """The per-call cost where a large activation has just left the caches cold, read apart: the
+    4-wide MLP at batch 2 between two CacheSweep layers (the caches swept as the first and last
+    layer's forward and backward run, and before each step), each path timed less its sweeps. What
+    the step costs beyond torch alone at batch 4096, where torch alone's own spread (milliseconds)
+    hides it."""
+    if steps is None:
+        print("NOT RUN: the step with cold caches needs the step from C (a C compiler)")
+        return
+    sweeps = CacheSweep(mib)
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(sweeps, torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4), sweeps)
+    params_np = [julia_array(p.detach().numpy()) for p in module.parameters()]
+    x_np, ct_np = julia_array(np.ones((2, 4))), julia_array(np.ones((2, 4)))
+    x_t, ct_t = torch.from_numpy(x_np), torch.from_numpy(ct_np)
+    module_step, function_step = Rsdlpack(bridge, module), Rsdlpack(bridge, module, function=True)
+    module_c = module_step.from_c(steps, params_np, x_np, ct_np)
+    paths = {"torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
+             "torch alone, input only": lambda: torch_idiomatic(module, x_t, ct_t, inputs_only=True),
+             "Module, from C": module_c.timed_step,
+             "Function, from C": function_step.from_c(steps, params_np, x_np, ct_np).step,
+             "Module's Python half alone": lambda: module_step.step_without_bridge(params_np, x_np, ct_np),
+             "Module, peers' from_dlpack": lambda: module_step.step_through_peers(params_np, x_np, ct_np)}
+    for run in paths.values():  # warm-up: first calls, the kept parameters shared
+        run()
+    times = {name: [] for name in paths}
+    bridge_calls = []
+    for k in range(rounds):
+        order = list(paths) if k % 2 == 0 else list(reversed(paths))
+        for name in order:
+            sweeps.sweep()
+            sweeps.seconds, bridge_seconds = 0.0, module_c.bridge_seconds
+            t0 = time.perf_counter()
+            paths[name]()
+            times[name].append(time.perf_counter() - t0 - sweeps.seconds)
+            if name == "Module, from C":
+                bridge_calls.append(module_c.bridge_seconds - bridge_seconds)
+    print(f"per call with cold caches ({mib} MiB swept before each step and in the first and last layer's "
+          f"forward and backward; each path timed less its sweeps; medians of {rounds} rounds), Linear(4 => 4), "
+          f"Tanh, Linear(4 => 4) at batch 2: torch alone {median_ms(times['torch alone']) * 1e3:.1f} µs, input "
+          f"only {median_ms(times['torch alone, input only']) * 1e3:.1f} µs")
+    for name in ("Module, from C", "Function, from C", "Module's Python half alone", "Module, peers' from_dlpack"):
+        baseline = "torch alone, input only" if name.startswith("Function") else "torch alone"
+        calls = (f"; its bridge calls {statistics.median(bridge_calls) * 1e6:.1f} µs (timed in C)"
+                 if name == "Module, from C" else "")
+        print(f"  {name:<31} {median_ms(times[name]) * 1e3:7.1f} µs: {paired(times[name], times[baseline])} beyond "
+              f"{baseline!r}{calls}")
+
+
+# The step scripts/budgets.py counts under callgrind: small enough to run there in seconds, its
+# largest batch crossing 1 MiB each way.
+COUNT_FEATURES, COUNT_BATCHES, COUNT_STEPS = 64, (2, 4096), 20
+
+
+def callgrind_count():
+    """For scripts/budgets.py, run under callgrind collecting in the bridge's entry points alone:
+    at each of COUNT_BATCHES, a Module step from C on Linear(64 => 16), Tanh, Linear(16 => 64),
+    warmed up, then COUNT_STEPS steps counted and dumped as 'autodiff step at batch B xN'. Python's
+    cyclic collector is off, so that no collection lands in a count."""
+    import gc
+
+    gc.disable()
+    steps = build_c_step()
+    if steps is None:
+        sys.exit("callgrind_count: the step from C needs a C compiler")
+    bridge = Bridge(os.environ["RSDLPACK_PYTHON_LIB"], ctypes.PyDLL)
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(COUNT_FEATURES, 16), torch.nn.Tanh(),
+                                 torch.nn.Linear(16, COUNT_FEATURES))
+    params = [julia_array(p.detach().numpy()) for p in module.parameters()]
+    rng = np.random.default_rng(0)
+    for batch in COUNT_BATCHES:
+        x, cotangent = (julia_array(rng.standard_normal((batch, COUNT_FEATURES))) for _ in range(2))
+        stepper = Rsdlpack(bridge, module).from_c(steps, params, x, cotangent)
+        for _ in range(3):  # first-call work (the parameters shared, caches filled) not counted
+            stepper.step()
+        steps.zero_stats()
+        for _ in range(COUNT_STEPS):
+            stepper.step()
+        steps.dump_stats(f"autodiff step at batch {batch} x{COUNT_STEPS}")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--callgrind-count"]:
+        callgrind_count()
+    else:
+        main()

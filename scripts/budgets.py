@@ -6,7 +6,9 @@ A path's count is per call and our own: the difference of two batches (N and 2N 
 that start-up and warm-up cancel, less the peer's own call counted the same way in the same
 run (torch's C exchange API, NumPy's `__dlpack__`), so that a new NumPy or torch moves the
 floor rather than our figure. A count more than `tolerance` over its budget fails, printing
-the path, both counts and the command that shows where the instructions go.
+the path, both counts and the command that shows where the instructions go. A differentiable
+step's bridge calls are counted per step at a small and a large batch: the larger may not cost
+more than `tolerance` over the smaller (nothing is copied).
 
     python scripts/budgets.py --shipped BIN --library LIB --plan-bench BIN [--budgets FILE]
 """
@@ -52,6 +54,15 @@ PLAN_LAYOUTS = {
 
 SHIPPED_CALLS = 2000
 PLAN_CALLS = 5000
+
+# The bridge's calls of a differentiable step as Julia makes them (benches/autodiff_step.c, run by
+# benches/autodiff_overhead.py --callgrind-count), by the batch each row counts, read against the
+# floors of torch's own calls in them: 2 shares into torch (the input and the cotangent) and 6
+# imports (the output and five input cotangents).
+AUTODIFF_ROWS = {"autodiff Module step, batch 2": 2, "autodiff Module step, batch 4096": 4096}
+AUTODIFF_FLOORS = {"torch to_py floor": 2, "torch floor": 6}
+AUTODIFF_ENTRY_POINTS = ("rsdlpack_py_share_into_with_flags", "rsdlpack_py_import_plans",
+                         "rsdlpack_imported_release", "rsdlpack_py_take_released_roots")
 
 
 def deterministic_env() -> dict:
@@ -128,6 +139,28 @@ def plan_count(bench: str, layout: str, out_dir: Path):
     return (counts[1] - counts[0]) / PLAN_CALLS, dump
 
 
+def autodiff_counts(library: str, out_dir: Path):
+    """Per-step instructions in the bridge's entry points of a differentiable step, by batch, and
+    the dump file of each."""
+    env = deterministic_env()
+    env["RSDLPACK_PYTHON_LIB"] = library
+    bench = Path(__file__).resolve().parents[1] / "benches" / "autodiff_overhead.py"
+    callgrind([sys.executable, str(bench), "--callgrind-count"], out_dir,
+              ["--collect-atstart=no", *(f"--toggle-collect={name}" for name in AUTODIFF_ENTRY_POINTS)], env=env)
+    per_step, files = {}, {}
+    for dump in glob.glob(f"{out_dir}/callgrind.out.*"):
+        with open(dump, errors="replace") as f:
+            head = f.read(4000)
+        found = re.search(r"^desc: Trigger: Client Request: autodiff step at batch (\d+) x(\d+)$", head, re.M)
+        if found:
+            batch, steps = int(found.group(1)), int(found.group(2))
+            per_step[batch], files[batch] = totals(Path(dump)) / steps, dump
+    if sorted(per_step) != sorted(AUTODIFF_ROWS.values()):
+        sys.exit(f"budgets: the autodiff step counted batches {sorted(per_step)} in {out_dir}, not "
+                 f"{sorted(AUTODIFF_ROWS.values())} (benches/autodiff_step.c built without valgrind/callgrind.h?)")
+    return per_step, files
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shipped", required=True, help="target/bench/shipped")
@@ -153,6 +186,16 @@ def main() -> int:
         why = (f"callgrind_annotate --inclusive=yes {shlex.quote(files[path])}"
                + (f"  (the floor: callgrind_annotate {shlex.quote(files[floor])})" if floor else ""))
         rows.append(("shipped", path + (f" - {floor}" if floor else ""), measured, budget, why))
+    autodiff, autodiff_files = autodiff_counts(args.library, out / "autodiff")
+    floor = sum(shipped[name] * count for name, count in AUTODIFF_FLOORS.items())
+    floor_text = " + ".join(f"{count} × {name}" for name, count in AUTODIFF_FLOORS.items())
+    for name, budget in config["autodiff"].items():
+        if name not in AUTODIFF_ROWS:
+            sys.exit(f"budgets: no autodiff row '{name}' (known: {sorted(AUTODIFF_ROWS)})")
+        dump = autodiff_files[AUTODIFF_ROWS[name]]
+        rows.append(("autodiff", f"{name} - floors", autodiff[AUTODIFF_ROWS[name]] - floor, budget,
+                     f"callgrind_annotate --inclusive=yes {shlex.quote(dump)}  (the floors: {floor_text}, "
+                     f"in the shipped harness's files)"))
     for name, budget in config["plan"].items():
         if name not in PLAN_LAYOUTS:
             sys.exit(f"budgets: no plan layout '{name}' (known: {sorted(PLAN_LAYOUTS)})")
@@ -173,12 +216,21 @@ def main() -> int:
         elif ratio < 1 - 3 * tolerance:
             verdict = f"ok, {1 - ratio:.0%} below: lower the budget"
         print(f"{path:<52} {measured:>9.1f} {budget:>8}  {verdict}")
+    # Nothing of a step is copied, so a larger batch costs the bridge no more instructions.
+    small, large = min(autodiff), max(autodiff)
+    grows = autodiff[large] > autodiff[small] * (1 + tolerance)
+    if grows:
+        print(f"\nGROWS WITH THE BATCH: the bridge's calls in a differentiable step count {autodiff[large]:.1f} "
+              f"instructions at batch {large} against {autodiff[small]:.1f} at batch {small} (more than "
+              f"{tolerance:.0%} over): something is copied or walked element by element\n  see why: compare "
+              f"callgrind_annotate --inclusive=yes {shlex.quote(autodiff_files[large])} with the same of "
+              f"{shlex.quote(autodiff_files[small])}")
     for section, path, measured, budget, why in failed:
         print(f"\nBUDGET EXCEEDED: {path}: {measured:.1f} instructions per call, budget {budget} "
               f"([{section}] in {args.budgets})\n  see why: {why}\n"
               f"  if the cost is meant, raise its line in {args.budgets} and say why in "
               f"BENCHMARKS.md (\"Instruction budgets\")")
-    return 1 if failed else 0
+    return 1 if failed or grows else 0
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 # Instruction-count budgets of the hot paths (benches/budgets.toml), counted under callgrind:
 # import + release from NumPy and from torch (its C exchange API), Julia's one call
 # (rsdlpack_py_import_plan_with_flags) on NumPy and torch, share and export round trips through
-# the shipped library (bridges/python/benches/shipped.c, `budget` mode), and validate + plan of
-# the BENCHMARKS.md layouts (benches/plan_and_copy.rs). A count more than the file's tolerance
+# the shipped library (bridges/python/benches/shipped.c, `budget` mode), the bridge's calls in a
+# differentiable step at a small and a large batch (benches/autodiff_step.c, built and driven by
+# benches/autodiff_overhead.py --callgrind-count), and validate + plan of the BENCHMARKS.md
+# layouts (benches/plan_and_copy.rs). A count more than the file's tolerance
 # over its budget fails, with both counts and the command that shows why (scripts/budgets.py).
 # Run by scripts/test.sh; RSDLPACK_SKIP_BUDGETS=1 leaves it out, and says so.
 source "$(dirname "$0")/env.sh"

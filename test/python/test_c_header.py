@@ -365,7 +365,7 @@ CALLERS = (
     ("Rust tests", ("bridges/python/tests/*.rs",)),
     ("soak", ("scripts/soak.py",)),
     ("GPU check", ("test/gpu/check_gpu.py",)),
-    ("bench", ("bridges/python/benches/*",)),
+    ("bench", ("bridges/python/benches/*", "benches/*.py", "benches/*.c")),
 )
 
 
