@@ -432,7 +432,10 @@ def main():
     names = [n for n, _ in module.named_parameters()]
     params_np = [julia_array(p.detach().numpy()) for p in module.parameters()]
     params_t = [torch.from_numpy(p) for p in params_np]
-    rsdlpack = Rsdlpack(bridge, module)
+    # A path of its own for each way of making the step: a Module keeps the leaves of the
+    # parameter tensors it was last given, so paths that shared one would make new leaves at
+    # every turn, which no Julia layer does.
+    rsdlpack, rsdlpack_c, rsdlpack_peers = (Rsdlpack(bridge, module) for _ in range(3))
     rsdlpack_before = Rsdlpack(bridge, module, before) if before else None
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); MLP Linear({FEATURES} => {HIDDEN}), "
           f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input)")
@@ -455,10 +458,10 @@ def main():
             "functional_call": lambda: torch_alone(module, names, params_t, x_t, ct_t),
             "through ctypes": lambda: rsdlpack.step(params_np, x_np, ct_np, timers["ctypes"]),
             "copies": lambda: numpy_copies(module, names, params_np, x_np, ct_np, timers["copies"]),
-            "peers": lambda: rsdlpack.step_through_peers(params_np, x_np, ct_np, timers["peers"]),
+            "peers": lambda: rsdlpack_peers.step_through_peers(params_np, x_np, ct_np, timers["peers"]),
         }
         if steps is not None:
-            from_c = rsdlpack.from_c(steps, params_np, x_np, ct_np)
+            from_c = rsdlpack_c.from_c(steps, params_np, x_np, ct_np)
             paths["from C"] = from_c.timed_step
         if rsdlpack_before:
             paths["before"] = (rsdlpack_before.from_c(steps, params_np, x_np, ct_np).step if steps is not None else
@@ -534,16 +537,20 @@ def fixed_cost(bridge, before, steps, features=4, hidden=4, batch=2, per_round=5
             rs = steps_by_name[name] = Rsdlpack(bridge, module, ad_module, function=function)
             calls[name] = rs.calls_per_step(params_np, x_np, ct_np)
             paths[name] = (lambda rs: lambda: rs.step(params_np, x_np, ct_np))(rs)
-            if steps is not None:
-                from_c[name] = rs.from_c(steps, params_np, x_np, ct_np)
+            if steps is not None:  # each path its own Module: see main
+                from_c[name] = Rsdlpack(bridge, module, ad_module, function=function).from_c(steps, params_np, x_np,
+                                                                                             ct_np)
                 paths[name + ", from C"] = from_c[name].step
     glue = CtypesGlue(steps_by_name["Module"], x_t)
-    for kind in ("Module", "Function"):
-        rs = steps_by_name[kind]
-        paths[kind + ": Python half"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np))(rs)
+    peers = {}
+    for kind, function in (("Module", False), ("Function", True)):
+        half = Rsdlpack(bridge, module, function=function)  # both Python half paths pass the same tensors
+        peers[kind] = Rsdlpack(bridge, module, function=function)
+        paths[kind + ": Python half"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np))(half)
         paths[kind + ": Python half + glue"] = (lambda rs: lambda: rs.step_without_bridge(params_np, x_np, ct_np,
-                                                                                          glue.calls))(rs)
-        paths[kind + ": peers' from_dlpack"] = (lambda rs: lambda: rs.step_through_peers(params_np, x_np, ct_np))(rs)
+                                                                                          glue.calls))(half)
+        paths[kind + ": peers' from_dlpack"] = (lambda rs: lambda: rs.step_through_peers(params_np, x_np,
+                                                                                         ct_np))(peers[kind])
     for run in paths.values():
         for _ in range(max(per_round // 2, 5)):
             run()
@@ -570,10 +577,10 @@ def fixed_cost(bridge, before, steps, features=4, hidden=4, batch=2, per_round=5
             for _ in range(n):
                 stepper.timed_step()
             parts[name]["from C"] = (stepper.bridge_seconds - bridge_seconds) / n * 1e6
-        if name in ("Module", "Function"):
+        if name in peers:
             timer = Timer()
             for _ in range(n):
-                rs.step_through_peers(params_np, x_np, ct_np, timer)
+                peers[name].step_through_peers(params_np, x_np, ct_np, timer)
             parts[name]["peers' crossings"] = timer.parts["crossings"] / n * 1e6
     print(f"per call, Linear({features} => {hidden}), Tanh, Linear({hidden} => {features}) at batch {batch} "
           f"(medians of {rounds} rounds of {per_round} calls): "
@@ -664,14 +671,14 @@ def cold_cost(bridge, steps, mib=64, rounds=101):
     params_np = [julia_array(p.detach().numpy()) for p in module.parameters()]
     x_np, ct_np = julia_array(np.ones((2, 4))), julia_array(np.ones((2, 4)))
     x_t, ct_t = torch.from_numpy(x_np), torch.from_numpy(ct_np)
-    module_step, function_step = Rsdlpack(bridge, module), Rsdlpack(bridge, module, function=True)
-    module_c = module_step.from_c(steps, params_np, x_np, ct_np)
+    half, peers = Rsdlpack(bridge, module), Rsdlpack(bridge, module)  # each path its own Module: see main
+    module_c = Rsdlpack(bridge, module).from_c(steps, params_np, x_np, ct_np)
     paths = {"torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
              "torch alone, input only": lambda: torch_idiomatic(module, x_t, ct_t, inputs_only=True),
              "Module, from C": module_c.timed_step,
-             "Function, from C": function_step.from_c(steps, params_np, x_np, ct_np).step,
-             "Module's Python half alone": lambda: module_step.step_without_bridge(params_np, x_np, ct_np),
-             "Module, peers' from_dlpack": lambda: module_step.step_through_peers(params_np, x_np, ct_np)}
+             "Function, from C": Rsdlpack(bridge, module, function=True).from_c(steps, params_np, x_np, ct_np).step,
+             "Module's Python half alone": lambda: half.step_without_bridge(params_np, x_np, ct_np),
+             "Module, peers' from_dlpack": lambda: peers.step_through_peers(params_np, x_np, ct_np)}
     for run in paths.values():  # warm-up: first calls, the kept parameters shared
         run()
     times = {name: [] for name in paths}
