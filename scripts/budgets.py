@@ -105,19 +105,24 @@ def totals(path: Path) -> int:
     raise ValueError(f"{path}: no totals line")
 
 
-def shipped_counts(shipped: str, library: str, out_dir: Path):
-    """Per-call instructions of each shipped path, and the dump file of its 2N batch."""
-    callgrind([shipped, library, "budget", str(SHIPPED_CALLS)], out_dir, ["--instr-atstart=no"])
-    batches, files = {}, {}
+def labelled_dumps(out_dir: Path):
+    """(label, count, file) of each dump a client request wrote under the label "<label> x<count>"."""
     for dump in glob.glob(f"{out_dir}/callgrind.out.*"):
         with open(dump, errors="replace") as f:
             head = f.read(4000)
         found = re.search(r"^desc: Trigger: Client Request: (.*) x(\d+)$", head, re.M)
         if found:
-            name, calls = found.group(1), int(found.group(2))
-            batches.setdefault(name, {})[calls] = totals(Path(dump))
-            if calls == 2 * SHIPPED_CALLS:
-                files[name] = dump
+            yield found.group(1), int(found.group(2)), dump
+
+
+def shipped_counts(shipped: str, library: str, out_dir: Path):
+    """Per-call instructions of each shipped path, and the dump file of its 2N batch."""
+    callgrind([shipped, library, "budget", str(SHIPPED_CALLS)], out_dir, ["--instr-atstart=no"])
+    batches, files = {}, {}
+    for name, calls, dump in labelled_dumps(out_dir):
+        batches.setdefault(name, {})[calls] = totals(Path(dump))
+        if calls == 2 * SHIPPED_CALLS:
+            files[name] = dump
     per_call = {}
     for name, counts in batches.items():
         if set(counts) != {SHIPPED_CALLS, 2 * SHIPPED_CALLS}:
@@ -148,13 +153,10 @@ def autodiff_counts(library: str, out_dir: Path):
     callgrind([sys.executable, str(bench), "--callgrind-count"], out_dir,
               ["--collect-atstart=no", *(f"--toggle-collect={name}" for name in AUTODIFF_ENTRY_POINTS)], env=env)
     per_step, files = {}, {}
-    for dump in glob.glob(f"{out_dir}/callgrind.out.*"):
-        with open(dump, errors="replace") as f:
-            head = f.read(4000)
-        found = re.search(r"^desc: Trigger: Client Request: autodiff step at batch (\d+) x(\d+)$", head, re.M)
-        if found:
-            batch, steps = int(found.group(1)), int(found.group(2))
-            per_step[batch], files[batch] = totals(Path(dump)) / steps, dump
+    for label, steps, dump in labelled_dumps(out_dir):
+        batch = re.fullmatch(r"autodiff step at batch (\d+)", label)
+        if batch:
+            per_step[int(batch.group(1))], files[int(batch.group(1))] = totals(Path(dump)) / steps, dump
     if sorted(per_step) != sorted(AUTODIFF_ROWS.values()):
         sys.exit(f"budgets: the autodiff step counted batches {sorted(per_step)} in {out_dir}, not "
                  f"{sorted(AUTODIFF_ROWS.values())} (benches/autodiff_step.c built without valgrind/callgrind.h?)")
