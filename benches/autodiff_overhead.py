@@ -127,11 +127,12 @@ class Rsdlpack:
         self.result_p, self.error_p = ctypes.byref(self.result), ctypes.byref(self.error)
         self.plan_options_p = ctypes.byref(self.plan_options)
 
-    def from_c(self, steps, params, x, cotangent):
+    def from_c(self, steps, params, x, cotangent, floor=False):
         """This step made in C by `steps` (build_c_step's module) on these arrays, as Julia's
         ccall makes it: `.step()` runs one, `.timed_step()` also adds the time in the bridge's
-        calls to `.bridge_seconds`."""
-        return steps.Stepper(self.bridge.path, self.call.forward, self.prefix, torch.Tensor,
+        calls to `.bridge_seconds`. With `floor`, over torch's exchange table called directly
+        instead of the bridge (nothing checked: how close to free a bridge can be)."""
+        return steps.Stepper(None if floor else self.bridge.path, self.call.forward, self.prefix, torch.Tensor,
                              () if self.function else tuple(params), x, cotangent)
 
     def export_of(self, memory):
@@ -353,6 +354,7 @@ def build_c_step():
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([compiler, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-std=c11", "-D_GNU_SOURCE",
                     "-I", str(REPO / "include"), "-I", sysconfig.get_config_var("INCLUDEPY"),
+                    "-I", str(pathlib.Path(torch.__file__).parent / "include"),
                     str(REPO / "benches" / "autodiff_step.c"), "-o", str(out), "-ldl"], check=True)
     spec = importlib.util.spec_from_file_location("rsdlpack_autodiff_step", out)
     module = importlib.util.module_from_spec(spec)
@@ -435,7 +437,7 @@ def main():
     # A path of its own for each way of making the step: a Module keeps the leaves of the
     # parameter tensors it was last given, so paths that shared one would make new leaves at
     # every turn, which no Julia layer does.
-    rsdlpack, rsdlpack_c, rsdlpack_peers = (Rsdlpack(bridge, module) for _ in range(3))
+    rsdlpack, rsdlpack_c, rsdlpack_floor, rsdlpack_peers = (Rsdlpack(bridge, module) for _ in range(4))
     rsdlpack_before = Rsdlpack(bridge, module, before) if before else None
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); MLP Linear({FEATURES} => {HIDDEN}), "
           f"Tanh, Linear({HIDDEN} => {FEATURES}), float32, forward + backward (parameters and input)")
@@ -463,17 +465,20 @@ def main():
         if steps is not None:
             from_c = rsdlpack_c.from_c(steps, params_np, x_np, ct_np)
             paths["from C"] = from_c.timed_step
+            floor = rsdlpack_floor.from_c(steps, params_np, x_np, ct_np, floor=True)
+            paths["floor"] = floor.timed_step
         if rsdlpack_before:
             paths["before"] = (rsdlpack_before.from_c(steps, params_np, x_np, ct_np).step if steps is not None else
                                lambda: rsdlpack_before.step(params_np, x_np, ct_np))
         for run in paths.values():  # warm-up: first calls, the argument structs built
             run()
         times = {name: [] for name in paths}
-        parts = {name: [] for name in ("ctypes", "copies", "peers", "from C")}
+        parts = {name: [] for name in ("ctypes", "copies", "peers", "from C", "floor")}
         for k in range(rounds):
             for timer in timers.values():
                 timer.parts.clear()
             bridge_seconds = from_c.bridge_seconds if steps is not None else 0.0
+            floor_seconds = floor.bridge_seconds if steps is not None else 0.0
             order = list(paths) if k % 2 == 0 else list(reversed(paths))
             for name in order:
                 t0 = time.perf_counter()
@@ -484,18 +489,19 @@ def main():
             parts["peers"].append(timers["peers"].parts["crossings"])
             if steps is not None:
                 parts["from C"].append(from_c.bridge_seconds - bridge_seconds)
+                parts["floor"].append(floor.bridge_seconds - floor_seconds)
         us = {name: statistics.median(samples) * 1e6 if samples else float("nan") for name, samples in parts.items()}
         print(f"batch {batch}, {x_np.nbytes / 2**20:g} MiB crossing each way (medians of {rounds} rounds): "
               f"torch alone {median_ms(times['torch alone']):.3f} ms, functional_call "
               f"{median_ms(times['functional_call']):.3f} ms, NumPy copies {median_ms(times['copies']):.3f} ms")
-        rows = [("from C", "RsDLPack from C (Julia's calls)", "from C"), ("through ctypes", "RsDLPack through ctypes",
-                                                                          "ctypes")]
+        rows = [("from C", "RsDLPack from C (Julia's calls)", "from C"), ("floor", "the floor from C", "floor"),
+                ("through ctypes", "RsDLPack through ctypes", "ctypes")]
         if "before" in paths:
             rows.append(("before", "RsDLPack before" + (" from C" if steps is not None else " through ctypes"), None))
         for name, label, part in rows:
             if name not in paths:
                 continue
-            calls = f"; its bridge calls {us[part]:.1f} µs" if part else ""
+            calls = f"; its {'floor' if part == 'floor' else 'bridge'} calls {us[part]:.1f} µs" if part else ""
             print(f"  {label:<34} {median_ms(times[name]):7.3f} ms: beyond torch alone "
                   f"{paired(times[name], times['torch alone'])}, beyond functional_call "
                   f"{paired(times[name], times['functional_call'])}{calls}")
@@ -541,6 +547,9 @@ def fixed_cost(bridge, before, steps, features=4, hidden=4, batch=2, per_round=5
                 from_c[name] = Rsdlpack(bridge, module, ad_module, function=function).from_c(steps, params_np, x_np,
                                                                                              ct_np)
                 paths[name + ", from C"] = from_c[name].step
+    floor = Rsdlpack(bridge, module).from_c(steps, params_np, x_np, ct_np, floor=True) if steps is not None else None
+    if floor is not None:
+        paths["Module over the floor, from C"] = floor.step
     glue = CtypesGlue(steps_by_name["Module"], x_t)
     peers = {}
     for kind, function in (("Module", False), ("Function", True)):
@@ -582,6 +591,11 @@ def fixed_cost(bridge, before, steps, features=4, hidden=4, batch=2, per_round=5
             for _ in range(n):
                 peers[name].step_through_peers(params_np, x_np, ct_np, timer)
             parts[name]["peers' crossings"] = timer.parts["crossings"] / n * 1e6
+    if floor is not None:
+        floor_seconds = floor.bridge_seconds
+        for _ in range(n):
+            floor.timed_step()
+        floor_us = (floor.bridge_seconds - floor_seconds) / n * 1e6
     print(f"per call, Linear({features} => {hidden}), Tanh, Linear({hidden} => {features}) at batch {batch} "
           f"(medians of {rounds} rounds of {per_round} calls): "
           f"torch alone {median['torch alone']:.1f} µs, input only {median['torch alone, input only']:.1f} µs, "
@@ -607,6 +621,11 @@ def fixed_cost(bridge, before, steps, features=4, hidden=4, batch=2, per_round=5
               f"{parts[name]['bridge calls']:.1f} µs, Python half {parts[name]['forward + pullback (Python)']:.1f} µs; "
               f"ctypes' glue of its {sum(calls[name].values())} calls, priced apart: {glue_us[kind]} in the step, "
               f"{glue.of(calls[name]) * 1e6:.1f} µs in a loop of their own{measured}")
+    if floor is not None:
+        name = "Module over the floor, from C"
+        print(f"  {name:<31} {median[name]:7.1f} µs: {paired(per_call[name], per_call['torch alone'])} beyond "
+              f"'torch alone'; floor calls {floor_us:.1f} µs (timed in C); the Module from C "
+              f"{paired(per_call['Module, from C'], per_call[name])} beyond it")
     for kind in ("Module", "Function"):
         baseline = "torch alone, input only" if kind == "Function" else "torch alone"
         half = median[kind + ": Python half"]
@@ -673,36 +692,42 @@ def cold_cost(bridge, steps, mib=64, rounds=101):
     x_t, ct_t = torch.from_numpy(x_np), torch.from_numpy(ct_np)
     half, peers = Rsdlpack(bridge, module), Rsdlpack(bridge, module)  # each path its own Module: see main
     module_c = Rsdlpack(bridge, module).from_c(steps, params_np, x_np, ct_np)
+    floor_c = Rsdlpack(bridge, module).from_c(steps, params_np, x_np, ct_np, floor=True)
     paths = {"torch alone": lambda: torch_idiomatic(module, x_t, ct_t),
              "torch alone, input only": lambda: torch_idiomatic(module, x_t, ct_t, inputs_only=True),
              "Module, from C": module_c.timed_step,
+             "Module over the floor, from C": floor_c.timed_step,
              "Function, from C": Rsdlpack(bridge, module, function=True).from_c(steps, params_np, x_np, ct_np).step,
              "Module's Python half alone": lambda: half.step_without_bridge(params_np, x_np, ct_np),
              "Module, peers' from_dlpack": lambda: peers.step_through_peers(params_np, x_np, ct_np)}
     for run in paths.values():  # warm-up: first calls, the kept parameters shared
         run()
     times = {name: [] for name in paths}
-    bridge_calls = []
+    timed_calls = {"Module, from C": module_c, "Module over the floor, from C": floor_c}
+    calls = {name: [] for name in timed_calls}
     for k in range(rounds):
         order = list(paths) if k % 2 == 0 else list(reversed(paths))
         for name in order:
             sweeps.sweep()
-            sweeps.seconds, bridge_seconds = 0.0, module_c.bridge_seconds
+            sweeps.seconds = 0.0
+            stepper = timed_calls.get(name)
+            bridge_seconds = stepper.bridge_seconds if stepper else 0.0
             t0 = time.perf_counter()
             paths[name]()
             times[name].append(time.perf_counter() - t0 - sweeps.seconds)
-            if name == "Module, from C":
-                bridge_calls.append(module_c.bridge_seconds - bridge_seconds)
+            if stepper:
+                calls[name].append(stepper.bridge_seconds - bridge_seconds)
     print(f"per call with cold caches ({mib} MiB swept before each step and in the first and last layer's "
           f"forward and backward; each path timed less its sweeps; medians of {rounds} rounds), Linear(4 => 4), "
           f"Tanh, Linear(4 => 4) at batch 2: torch alone {median_ms(times['torch alone']) * 1e3:.1f} µs, input "
           f"only {median_ms(times['torch alone, input only']) * 1e3:.1f} µs")
-    for name in ("Module, from C", "Function, from C", "Module's Python half alone", "Module, peers' from_dlpack"):
+    for name in ("Module, from C", "Module over the floor, from C", "Function, from C", "Module's Python half alone",
+                 "Module, peers' from_dlpack"):
         baseline = "torch alone, input only" if name.startswith("Function") else "torch alone"
-        calls = (f"; its bridge calls {statistics.median(bridge_calls) * 1e6:.1f} µs (timed in C)"
-                 if name == "Module, from C" else "")
+        timed = (f"; its {'bridge' if name == 'Module, from C' else 'floor'} calls "
+                 f"{statistics.median(calls[name]) * 1e6:.1f} µs (timed in C)" if name in calls else "")
         print(f"  {name:<31} {median_ms(times[name]) * 1e3:7.1f} µs: {paired(times[name], times[baseline])} beyond "
-              f"{baseline!r}{calls}")
+              f"{baseline!r}{timed}")
 
 
 # The step scripts/budgets.py counts under callgrind: small enough to run there in seconds, its

@@ -9,11 +9,18 @@
  * shared at the first step and kept, as the Lux layer keeps them. The ctypes route the pytest
  * suite uses costs per call what Julia's ccall does not; this one costs what it costs Julia, less
  * Julia's own wrapping of the results (its arrays and their finalizers).
+ *
+ * `Stepper(None, ...)` makes the same step over the floor instead of the bridge: torch's DLPack
+ * C exchange API called directly for the same crossings, nothing checked and nothing counted,
+ * the least any bridge through that API does.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
 #include <time.h>
+
+/* torch's DLPack header (1.3: the C exchange API's table), from torch's include directory. */
+#include <ATen/dlpack.h>
 
 #include "rsdlpack.h"
 
@@ -65,6 +72,129 @@ typedef struct {
     RsdlImportResult outputs[MAX_RESULTS], cotangents[MAX_RESULTS];
     uint64_t roots[ROOTS];
 } Stepper;
+
+/* The floor's entries: torch's exchange table called directly, with the entry points'
+ * signatures so that run_step makes the same step over them. A share is the table's
+ * managed_tensor_to_py_object_no_sync over a DLManagedTensorVersioned made here (freed by its
+ * deleter); an import its managed_tensor_from_py_object_no_sync, the plan given only what Julia
+ * needs to make an Array (address, dims, element type, device); a release the tensor's deleter.
+ * No validation, no layout decision, no roots: not a bridge, a measure of how close to free one
+ * can be. */
+static const DLPackExchangeAPI *floor_table;
+
+typedef struct {
+    DLManagedTensorVersioned managed;
+    int64_t shape[2], strides[2];
+} FloorExport;
+
+static void floor_export_deleter(DLManagedTensorVersioned *managed) { free(managed->manager_ctx); }
+
+static char *floor_message(const char *what) {
+    PyErr_Clear();
+    return strdup(what);
+}
+
+static int32_t floor_share_into(const RsdlArrayExport *array, PyObject *tensor_type, uint32_t flags,
+                                RsdlShareResult *result, char **error) {
+    (void)tensor_type;
+    (void)flags;
+    FloorExport *export_ = malloc(sizeof *export_);
+    if (!export_) {
+        *error = floor_message("floor share: out of memory");
+        return 1;
+    }
+    int ndims = (int)array->ndims; /* Julia's column-major dims: C order reversed */
+    for (int k = 0; k < ndims; k++) {
+        export_->shape[k] = array->dims[ndims - 1 - k];
+        export_->strides[k] = array->strides[ndims - 1 - k];
+    }
+    export_->managed = (DLManagedTensorVersioned){
+        .version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION},
+        .manager_ctx = export_,
+        .deleter = floor_export_deleter,
+        .dl_tensor = {.data = (void *)array->address, .device = {kDLCPU, 0}, .ndim = ndims,
+                      .dtype = {kDLFloat, 32, 1}, .shape = export_->shape, .strides = export_->strides},
+    };
+    void *object = NULL;
+    if (floor_table->managed_tensor_to_py_object_no_sync(&export_->managed, &object) != 0) {
+        *error = floor_message("floor share: managed_tensor_to_py_object_no_sync failed");
+        return 1;
+    }
+    result->exporter = object;
+    result->released_roots = 0;
+    return 0;
+}
+
+static void floor_release(void *tensor) {
+    DLManagedTensorVersioned *managed = tensor;
+    if (managed->deleter) {
+        managed->deleter(managed);
+    }
+}
+
+static int32_t floor_import_plans(PyObject *objects, const RsdlImportOptions *options, const RsdlPlanOptions *plan,
+                                  uint32_t flags, RsdlImportResult *results, size_t n, char **error) {
+    (void)options;
+    (void)plan;
+    (void)flags;
+    for (size_t k = 0; k < n; k++) {
+        RsdlArrayPlan *out = &results[k].plan;
+        PyObject *item = PyTuple_GET_ITEM(objects, (Py_ssize_t)k);
+        if (item == Py_None) {
+            out->tensor = NULL;
+            continue;
+        }
+        DLManagedTensorVersioned *managed = NULL;
+        if (floor_table->managed_tensor_from_py_object_no_sync(item, &managed) != 0) {
+            for (size_t j = 0; j < k; j++) {
+                if (results[j].plan.tensor) {
+                    floor_release(results[j].plan.tensor);
+                }
+            }
+            *error = floor_message("floor import: managed_tensor_from_py_object_no_sync failed");
+            return 1;
+        }
+        const DLTensor *t = &managed->dl_tensor;
+        out->tensor = managed;
+        out->parent_address = (size_t)t->data + (size_t)t->byte_offset;
+        out->ndims = t->ndim;
+        for (int32_t d = 0; d < t->ndim; d++) {
+            out->dims[d] = t->shape[t->ndim - 1 - d];
+        }
+        out->element_code = RSDL_ELEMENT_CODE_FLOAT32;
+        out->device_type = (uint32_t)t->device.device_type;
+        out->device_id = t->device.device_id;
+        results[k].released_roots = 0;
+    }
+    return 0;
+}
+
+static size_t floor_take_released_roots(uint64_t *roots, size_t capacity) {
+    (void)roots;
+    (void)capacity;
+    return 0;
+}
+
+/* The floor's entries, or -1 with an exception where `tensor_type` has no usable table. */
+static int floor_entries(PyObject *tensor_type, Entries *lib) {
+    PyObject *capsule = PyObject_GetAttrString(tensor_type, "__dlpack_c_exchange_api__");
+    if (!capsule) {
+        return -1;
+    }
+    const DLPackExchangeAPI *table = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+    Py_DECREF(capsule); /* the table is a static of its producer */
+    if (!table) {
+        return -1;
+    }
+    if (table->header.version.major != 1 || !table->managed_tensor_from_py_object_no_sync ||
+        !table->managed_tensor_to_py_object_no_sync) {
+        PyErr_SetString(PyExc_RuntimeError, "the floor needs a DLPack 1.x exchange table with both functions");
+        return -1;
+    }
+    floor_table = table;
+    *lib = (Entries){floor_share_into, floor_import_plans, floor_release, floor_take_released_roots};
+    return 0;
+}
 
 static PyObject *codes_name, *outputs_name, *pullback_name, *tensors_name;
 
@@ -303,9 +433,31 @@ static int describe(JuliaArray *array, PyObject *object) {
     return 0;
 }
 
+/* The bridge's four entry points, from the library at `path` (a str). */
+static int load_entries(PyObject *path, Entries *lib) {
+    const char *library = PyUnicode_AsUTF8(path);
+    if (!library) {
+        return -1;
+    }
+    void *handle = dlopen(library, RTLD_NOW | RTLD_GLOBAL);
+    if (!handle) {
+        PyErr_Format(PyExc_OSError, "dlopen %s: %s", library, dlerror());
+        return -1;
+    }
+    lib->share_into = dlsym(handle, "rsdlpack_py_share_into_with_flags");
+    lib->import_plans = dlsym(handle, "rsdlpack_py_import_plans");
+    lib->release = dlsym(handle, "rsdlpack_imported_release");
+    lib->take_released_roots = dlsym(handle, "rsdlpack_py_take_released_roots");
+    if (!lib->share_into || !lib->import_plans || !lib->release || !lib->take_released_roots) {
+        PyErr_Format(PyExc_OSError, "%s lacks an entry point the step calls", library);
+        return -1;
+    }
+    return 0;
+}
+
 static int Stepper_init(PyObject *object, PyObject *args, PyObject *kwargs) {
     Stepper *self = (Stepper *)object;
-    const char *library;
+    PyObject *library;
     PyObject *params;
     PyObject *x, *cotangent;
     static char *names[] = {"library", "forward", "prefix", "tensor_type", "params", "x", "cotangent", NULL};
@@ -313,7 +465,7 @@ static int Stepper_init(PyObject *object, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "Stepper is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOO!OO!OO", names, &library, &self->forward, &PyTuple_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OO!OO", names, &library, &self->forward, &PyTuple_Type,
                                      &self->prefix, &self->tensor_type, &PyTuple_Type, &params, &x, &cotangent)) {
         self->forward = self->prefix = self->tensor_type = NULL; /* borrowed, if parsed at all */
         return -1;
@@ -325,17 +477,11 @@ static int Stepper_init(PyObject *object, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "params: at most 30");
         return -1;
     }
-    void *handle = dlopen(library, RTLD_NOW | RTLD_GLOBAL);
-    if (!handle) {
-        PyErr_Format(PyExc_OSError, "dlopen %s: %s", library, dlerror());
-        return -1;
-    }
-    self->lib.share_into = dlsym(handle, "rsdlpack_py_share_into_with_flags");
-    self->lib.import_plans = dlsym(handle, "rsdlpack_py_import_plans");
-    self->lib.release = dlsym(handle, "rsdlpack_imported_release");
-    self->lib.take_released_roots = dlsym(handle, "rsdlpack_py_take_released_roots");
-    if (!self->lib.share_into || !self->lib.import_plans || !self->lib.release || !self->lib.take_released_roots) {
-        PyErr_Format(PyExc_OSError, "%s lacks an entry point the step calls", library);
+    if (library == Py_None) {
+        if (floor_entries(self->tensor_type, &self->lib) != 0) {
+            return -1;
+        }
+    } else if (load_entries(library, &self->lib) != 0) {
         return -1;
     }
     self->n_params = PyTuple_GET_SIZE(params);
@@ -401,7 +547,8 @@ static PyTypeObject StepperType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rsdlpack_autodiff_step.Stepper",
     .tp_basicsize = sizeof(Stepper),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Stepper(library, forward, prefix, tensor_type, params, x, cotangent): Julia's step, in C.",
+    .tp_doc = "Stepper(library, forward, prefix, tensor_type, params, x, cotangent): Julia's step, in C (library None: "
+               "over the floor, torch's exchange table called directly).",
     .tp_new = PyType_GenericNew,
     .tp_init = Stepper_init,
     .tp_dealloc = Stepper_dealloc,

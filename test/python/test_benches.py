@@ -39,5 +39,10 @@ def test_the_autodiff_overhead_bench_runs_through(tmp_path):
             assert sum(bool(row.match(line)) for line in lines) == 2 + cold, done.stdout  # two sizes
     if "from C" in routes:
         assert sum(line.startswith("per call with cold caches") for line in lines) == 1, done.stdout
+        # The floor (torch's exchange table called from C): at both batch sizes, at both sizes of
+        # the per-call rows, and with cold caches, each with its calls timed in C.
+        floor = re.compile(r"^  (the floor from C|Module over the floor, from C)\s+-?[\d.]+ (ms|µs): .*"
+                           r"(its )?floor calls [\d.]+ µs")
+        assert sum(bool(floor.match(line)) for line in lines) == 5, done.stdout
     assert sum("Python half alone" in line for line in lines) == 4 + ("from C" in routes), done.stdout
     assert sum("through the peers' own from_dlpack" in line for line in lines) == 4, done.stdout
