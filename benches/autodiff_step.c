@@ -68,7 +68,7 @@ typedef struct {
     Py_ssize_t n_params, n_arrays;
     PyObject *kept[MAX_ARRAYS]; /* the parameters' tensors, shared at the first step */
     uint64_t next_root;
-    double bridge_seconds; /* time in the bridge's C calls, when the step is timed */
+    double bridge_seconds; /* time in the crossings' C calls (the bridge's or the floor's), when the step is timed */
     RsdlImportResult outputs[MAX_RESULTS], cotangents[MAX_RESULTS];
     uint64_t roots[ROOTS];
 } Stepper;
@@ -539,7 +539,8 @@ static PyMethodDef module_methods[] = {
 };
 
 static PyGetSetDef Stepper_getset[] = {
-    {"bridge_seconds", Stepper_bridge_seconds, NULL, "Seconds in the bridge's calls over the timed steps.", NULL},
+    {"bridge_seconds", Stepper_bridge_seconds, NULL,
+     "Seconds in the crossings' calls (the bridge's, or the floor's) over the timed steps.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
