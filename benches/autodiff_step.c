@@ -73,6 +73,15 @@ typedef struct {
     uint64_t roots[ROOTS];
 } Stepper;
 
+/* Releases each result that holds a handle (a None item's holds none). */
+static void release_results(void (*release)(void *), const RsdlImportResult *results, size_t count) {
+    for (size_t k = 0; k < count; k++) {
+        if (results[k].plan.tensor) {
+            release(results[k].plan.tensor);
+        }
+    }
+}
+
 /* The floor's entries: torch's exchange table called directly, with the entry points'
  * signatures so that run_step makes the same step over them. A share is the table's
  * managed_tensor_to_py_object_no_sync over a DLManagedTensorVersioned made here (freed by its
@@ -146,11 +155,7 @@ static int32_t floor_import_plans(PyObject *objects, const RsdlImportOptions *op
         }
         DLManagedTensorVersioned *managed = NULL;
         if (floor_table->managed_tensor_from_py_object_no_sync(item, &managed) != 0) {
-            for (size_t j = 0; j < k; j++) {
-                if (results[j].plan.tensor) {
-                    floor_release(results[j].plan.tensor);
-                }
-            }
+            release_results(floor_release, results, k);
             *error = floor_message("floor import: managed_tensor_from_py_object_no_sync failed");
             return 1;
         }
@@ -161,7 +166,7 @@ static int32_t floor_import_plans(PyObject *objects, const RsdlImportOptions *op
         for (int32_t d = 0; d < t->ndim; d++) {
             out->dims[d] = t->shape[t->ndim - 1 - d];
         }
-        out->element_code = RSDL_ELEMENT_CODE_FLOAT32;
+        out->element_code = RSDL_ELEMENT_CODE_FLOAT32; /* the step's tensors are all float32 */
         out->device_type = (uint32_t)t->device.device_type;
         out->device_id = t->device.device_id;
         results[k].released_roots = 0;
@@ -261,11 +266,7 @@ static int import_all(Stepper *self, PyObject *objects, RsdlImportResult *result
 }
 
 static void release_all(Stepper *self, RsdlImportResult *results, Py_ssize_t count) {
-    for (Py_ssize_t k = 0; k < count; k++) {
-        if (results[k].plan.tensor) {
-            self->lib.release(results[k].plan.tensor);
-        }
-    }
+    release_results(self->lib.release, results, (size_t)count);
 }
 
 /* One forward + pullback; with `timed`, the time in the bridge's calls is added up. */
